@@ -1,0 +1,479 @@
+/* collective.c — the rank core's collective path: check the call locally, agree on
+ * it with every participant, stage tensors to host memory of the compute dtype,
+ * choose the algorithm from the strategy table, run it, and stage the result back.
+ *
+ * Agreement: every peer sends a descriptor of its call (sequence number, kind,
+ * dtype, shape, op, root, whether it sends, and any local argument error) to peer
+ * position 0, which judges them all and sends one verdict back.  So every peer
+ * returns the same code and message, no output is written before the verdict, and a
+ * peer with bad arguments still takes part, which keeps sequence numbers aligned and
+ * the communicator usable. */
+#include "collective.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms/algorithms.h"
+#include "dtype.h"
+#include "error.h"
+#include "rank.h"
+#include "tensor_device.h"
+
+#define DETAIL_MAX 192
+#define VERDICT_MAX 448
+
+typedef struct {
+  uint64_t seq;
+  int32_t kind, dtype, op, ndim;
+  int64_t shape[RUCCL_MAX_DIMS];
+  uint32_t root_id;
+  int32_t sender;
+  int32_t local_error;
+  char detail[DETAIL_MAX];
+} coll_desc_t;
+
+typedef struct {
+  uint64_t seq;
+  int32_t code;
+  int32_t sender_pos; /* broadcast: the one sender's team position */
+  char message[VERDICT_MAX];
+} coll_verdict_t;
+
+const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
+  static const char *const names[RUCCL_COLL_NUM_KINDS] = {"all_reduce", "broadcast",      "reduce",
+                                                          "all_gather", "reduce_scatter", "barrier"};
+  return (unsigned)kind < RUCCL_COLL_NUM_KINDS ? names[kind] : "unknown";
+}
+
+/* ---- local checks ---------------------------------------------------------------- */
+
+static int64_t numel_of(const ruccl_tensor_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t used = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, i ? ", %" PRId64 : "%" PRId64, shape[i]);
+  if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+static int same_shape(const ruccl_tensor_t *a, const ruccl_tensor_t *b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+/* A tensor the core can work on, or why not. */
+static ruccl_result_t check_tensor(const ruccl_tensor_t *t, const char *what, char *detail) {
+  if (!t) return snprintf(detail, DETAIL_MAX, "%s tensor is NULL", what), RUCCL_ERR_INVALID_ARGUMENT;
+  if (!ruccl_dtype_valid(t->dtype))
+    return snprintf(detail, DETAIL_MAX, "%s dtype %d is not a ruccl_dtype_t", what, (int)t->dtype),
+           RUCCL_ERR_INVALID_ARGUMENT;
+  if (t->ndim < 0 || t->ndim > RUCCL_MAX_DIMS)
+    return snprintf(detail, DETAIL_MAX, "%s ndim %d is outside 0..%d", what, t->ndim, RUCCL_MAX_DIMS),
+           RUCCL_ERR_INVALID_ARGUMENT;
+  int64_t limit = INT64_MAX / 8, numel = 1;
+  for (int i = 0; i < t->ndim; i++) {
+    if (t->shape[i] < 0)
+      return snprintf(detail, DETAIL_MAX, "%s shape[%d] = %" PRId64 " is negative", what, i, t->shape[i]),
+             RUCCL_ERR_INVALID_ARGUMENT;
+    if (t->shape[i] && numel > limit / t->shape[i])
+      return snprintf(detail, DETAIL_MAX, "%s has more elements than fit in memory", what),
+             RUCCL_ERR_INVALID_ARGUMENT;
+    numel *= t->shape[i];
+  }
+  if (numel > 0 && !t->data)
+    return snprintf(detail, DETAIL_MAX, "%s data is NULL for %" PRId64 " elements", what, numel),
+           RUCCL_ERR_INVALID_ARGUMENT;
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
+  if (!ad)
+    return snprintf(detail, DETAIL_MAX, "%s is on device kind %d, which this build does not support", what,
+                    (int)t->device.kind),
+           RUCCL_ERR_UNSUPPORTED;
+  if (ad->check(t->device) != RUCCL_OK)
+    return snprintf(detail, DETAIL_MAX, "%s is on %s:%d, which is not usable", what, ad->name, t->device.index),
+           RUCCL_ERR_DEVICE;
+  return RUCCL_OK;
+}
+
+/* in and out of one peer must agree with each other: out holds `ratio_out` times
+   (or 1/ratio_in of) in's elements, and the same dtype. */
+static ruccl_result_t check_pair(const ruccl_tensor_t *in, const ruccl_tensor_t *out, int64_t out_numel,
+                                 int exact_shape, char *detail) {
+  if (in->dtype != out->dtype)
+    return snprintf(detail, DETAIL_MAX, "input is %s but output is %s", ruccl_dtype_name(in->dtype),
+                    ruccl_dtype_name(out->dtype)),
+           RUCCL_ERR_DTYPE_MISMATCH;
+  if (exact_shape ? !same_shape(in, out) : numel_of(out) != out_numel) {
+    char a[96], b[96];
+    shape_text(a, sizeof a, in->ndim, in->shape);
+    shape_text(b, sizeof b, out->ndim, out->shape);
+    return snprintf(detail, DETAIL_MAX, "input shape %s does not fit output shape %s", a, b),
+           RUCCL_ERR_SHAPE_MISMATCH;
+  }
+  return RUCCL_OK;
+}
+
+static int index_of_peer(const ruccl_comm_t *c, uint32_t id) {
+  for (unsigned i = 0; i < c->group->n; i++)
+    if (c->peer_ids[i] == id) return (int)i;
+  return -1;
+}
+
+/* Fills the descriptor; a local error is recorded in it, not returned. */
+static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_t *d) {
+  memset(d, 0, sizeof *d);
+  d->seq = c->seq;
+  d->kind = (int32_t)r->kind;
+  d->op = (int32_t)r->op;
+  d->root_id = r->root_peer;
+  unsigned n = c->group->n;
+  const ruccl_tensor_t *shape_from = NULL;
+  ruccl_result_t rc = RUCCL_OK;
+  char *detail = d->detail;
+  int reduces = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_REDUCE ||
+                r->kind == RUCCL_COLL_REDUCE_SCATTER;
+  if (reduces && (unsigned)r->op >= RUCCL_NUM_REDUCE_OPS) {
+    rc = RUCCL_ERR_INVALID_ARGUMENT;
+    snprintf(detail, DETAIL_MAX, "reduce op %d is not a ruccl_reduce_op_t", (int)r->op);
+  }
+  switch (r->kind) {
+    case RUCCL_COLL_ALL_REDUCE:
+      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, 0, 1, detail);
+      shape_from = r->in;
+      break;
+    case RUCCL_COLL_BROADCAST:
+      d->sender = r->in != NULL;
+      rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK && r->in) rc = check_tensor(r->in, "send", detail);
+      if (rc == RUCCL_OK && r->in) rc = check_pair(r->in, r->out, 0, 1, detail);
+      shape_from = r->out;
+      break;
+    case RUCCL_COLL_REDUCE:
+      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK && index_of_peer(c, r->root_peer) < 0) {
+        rc = RUCCL_ERR_INVALID_ARGUMENT;
+        snprintf(detail, DETAIL_MAX, "root %u is not a participant", r->root_peer);
+      }
+      if (rc == RUCCL_OK && r->root_peer == c->peer_id) {
+        rc = check_tensor(r->out, "root output", detail);
+        if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, 0, 1, detail);
+      }
+      shape_from = r->in;
+      break;
+    case RUCCL_COLL_ALL_GATHER:
+      rc = check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, numel_of(r->in) * (int64_t)n, 0, detail);
+      shape_from = r->in;
+      break;
+    case RUCCL_COLL_REDUCE_SCATTER:
+      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK && numel_of(r->in) != numel_of(r->out) * (int64_t)n) {
+        char a[96], b[96];
+        shape_text(a, sizeof a, r->in->ndim, r->in->shape);
+        shape_text(b, sizeof b, r->out->ndim, r->out->shape);
+        rc = RUCCL_ERR_SHAPE_MISMATCH;
+        snprintf(detail, DETAIL_MAX, "input %s must hold %u x output %s", a, n, b);
+      }
+      if (rc == RUCCL_OK && r->in->dtype != r->out->dtype) rc = check_pair(r->in, r->out, 0, 0, detail);
+      shape_from = r->in;
+      break;
+    default: break;
+  }
+  d->local_error = (int32_t)rc;
+  if (rc == RUCCL_OK && shape_from) {
+    d->dtype = (int32_t)shape_from->dtype;
+    d->ndim = shape_from->ndim;
+    memcpy(d->shape, shape_from->shape, sizeof(int64_t) * (size_t)shape_from->ndim);
+  }
+}
+
+/* ---- agreement ------------------------------------------------------------------- */
+
+static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
+  unsigned n = c->group->n;
+  const uint32_t *ids = c->peer_ids;
+  const coll_desc_t *a = &all[0];
+  const char *kind = ruccl_coll_kind_name((ruccl_coll_kind_t)a->kind);
+  for (unsigned i = 0; i < n; i++)
+    if (all[i].local_error != RUCCL_OK)
+      return snprintf(msg, VERDICT_MAX, "%s #%" PRIu64 ": peer %u: %s", ruccl_coll_kind_name(all[i].kind),
+                      all[i].seq, ids[i], all[i].detail),
+             all[i].local_error;
+  for (unsigned i = 1; i < n; i++) {
+    const coll_desc_t *b = &all[i];
+    if (b->seq != a->seq)
+      return snprintf(msg, VERDICT_MAX, "peer %u is at collective #%" PRIu64 ", peer %u at #%" PRIu64, ids[i],
+                      b->seq, ids[0], a->seq),
+             RUCCL_ERR_PROTOCOL;
+    if (b->kind != a->kind)
+      return snprintf(msg, VERDICT_MAX, "collective #%" PRIu64 ": peer %u called %s, peer %u called %s", a->seq,
+                      ids[0], kind, ids[i], ruccl_coll_kind_name(b->kind)),
+             RUCCL_ERR_OP_MISMATCH;
+  }
+  if (a->kind == RUCCL_COLL_BARRIER) return RUCCL_OK;
+  for (unsigned i = 1; i < n; i++) {
+    const coll_desc_t *b = &all[i];
+    if (b->dtype != a->dtype)
+      return snprintf(msg, VERDICT_MAX, "%s #%" PRIu64 ": peer %u has dtype %s, peer %u has %s", kind, a->seq,
+                      ids[0], ruccl_dtype_name(a->dtype), ids[i], ruccl_dtype_name(b->dtype)),
+             RUCCL_ERR_DTYPE_MISMATCH;
+    if (b->ndim != a->ndim || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0) {
+      char sa[96], sb[96];
+      shape_text(sa, sizeof sa, a->ndim, a->shape);
+      shape_text(sb, sizeof sb, b->ndim, b->shape);
+      return snprintf(msg, VERDICT_MAX, "%s #%" PRIu64 ": peer %u has shape %s, peer %u has %s", kind, a->seq,
+                      ids[0], sa, ids[i], sb),
+             RUCCL_ERR_SHAPE_MISMATCH;
+    }
+  }
+  int reduces = a->kind == RUCCL_COLL_ALL_REDUCE || a->kind == RUCCL_COLL_REDUCE ||
+                a->kind == RUCCL_COLL_REDUCE_SCATTER;
+  for (unsigned i = 1; reduces && i < n; i++)
+    if (all[i].op != a->op)
+      return snprintf(msg, VERDICT_MAX, "%s #%" PRIu64 ": peer %u reduces with %s, peer %u with %s", kind,
+                      a->seq, ids[0], ruccl_op_name(a->op), ids[i], ruccl_op_name(all[i].op)),
+             RUCCL_ERR_OP_MISMATCH;
+  for (unsigned i = 1; a->kind == RUCCL_COLL_REDUCE && i < n; i++)
+    if (all[i].root_id != a->root_id)
+      return snprintf(msg, VERDICT_MAX, "reduce #%" PRIu64 ": peer %u names root %u, peer %u names root %u", a->seq,
+                      ids[0], a->root_id, ids[i], all[i].root_id),
+             RUCCL_ERR_ROOT_MISMATCH;
+  if (a->kind == RUCCL_COLL_BROADCAST) {
+    unsigned senders = 0;
+    for (unsigned i = 0; i < n; i++) senders += all[i].sender != 0;
+    if (senders != 1)
+      return snprintf(msg, VERDICT_MAX, "broadcast #%" PRIu64 ": %u peers passed a send tensor, exactly one must",
+                      a->seq, senders),
+             RUCCL_ERR_BROADCAST_SENDERS;
+  }
+  return RUCCL_OK;
+}
+
+/* Returns the verdict's code (and sets the thread's last error from its message),
+   or the transport's error if the agreement itself could not complete (then
+   *transport_failed is set). */
+static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *team, const coll_desc_t *mine,
+                            unsigned *sender_pos, int *transport_failed) {
+  *transport_failed = 1;
+  coll_verdict_t v;
+  memset(&v, 0, sizeof v);
+  unsigned n = team->n;
+  ruccl_result_t rc;
+  if (team->me != 0) {
+    rc = ruccl_team_send(team, 0, mine, sizeof *mine);
+    if (rc == RUCCL_OK) rc = ruccl_team_recv(team, 0, &v, sizeof v);
+    if (rc != RUCCL_OK) return rc;
+  } else {
+    coll_desc_t *all = ruccl_comm_scratch(c, 0, sizeof(coll_desc_t) * n);
+    if (!all) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement buffer for %u peers", n);
+    all[0] = *mine;
+    for (unsigned p = 1; p < n; p++) {
+      rc = ruccl_team_recv(team, (int)p, &all[p], sizeof all[p]);
+      if (rc != RUCCL_OK) return rc;
+    }
+    v.seq = mine->seq;
+    v.code = judge(c, all, v.message);
+    for (unsigned p = 0; p < n; p++)
+      if (all[p].sender) v.sender_pos = (int32_t)p;
+    rc = ruccl_team_send_all(team, &v, sizeof v);
+    if (rc != RUCCL_OK) return rc;
+  }
+  *transport_failed = 0;
+  if (v.code != RUCCL_OK) {
+    char full[VERDICT_MAX + 64];
+    snprintf(full, sizeof full, "%s: %s", ruccl_error_string((ruccl_result_t)v.code), v.message);
+    ruccl_set_last_error(full);
+    ruccl_log(1, "peer %u: %s", c->peer_id, full);
+    return (ruccl_result_t)v.code;
+  }
+  *sender_pos = (unsigned)v.sender_pos;
+  return RUCCL_OK;
+}
+
+/* ---- staging and dispatch --------------------------------------------------------- */
+
+static void *scratch_get(void *ctx, int slot, size_t bytes) { return ruccl_comm_scratch(ctx, slot, bytes); }
+
+/* Host memory of the compute dtype holding t's elements (read: filled from t). */
+static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, int slot, int fill, void **host) {
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
+  ruccl_dtype_t cdt = ruccl_compute_dtype(t->dtype);
+  size_t count = (size_t)numel_of(t);
+  if (ad->host_accessible && cdt == t->dtype) {
+    *host = t->data;
+    return RUCCL_OK;
+  }
+  void *buf = ruccl_comm_scratch(c, slot, count * ruccl_dtype_size(cdt));
+  if (!buf && count) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu elements", count);
+  *host = buf;
+  if (!fill || !count) return RUCCL_OK;
+  if (ad->host_accessible) {
+    ruccl_to_compute(t->data, t->dtype, buf, count);
+    return RUCCL_OK;
+  }
+  size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
+  void *raw = cdt == t->dtype ? buf : malloc(raw_bytes);
+  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
+  ruccl_result_t rc = ad->to_host(t->device, raw, t->data, raw_bytes);
+  if (rc == RUCCL_OK && raw != buf) ruccl_to_compute(raw, t->dtype, buf, count);
+  if (raw != buf) free(raw);
+  return rc;
+}
+
+static ruccl_result_t stage_out(const ruccl_tensor_t *t, const void *host) {
+  if (host == t->data) return RUCCL_OK;
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
+  size_t count = (size_t)numel_of(t);
+  if (!count) return RUCCL_OK;
+  if (ad->host_accessible) {
+    ruccl_from_compute(host, t->dtype, t->data, count);
+    return RUCCL_OK;
+  }
+  if (ruccl_compute_dtype(t->dtype) == t->dtype)
+    return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
+  size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
+  void *raw = malloc(raw_bytes);
+  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
+  ruccl_from_compute(host, t->dtype, raw, count);
+  ruccl_result_t rc = ad->from_host(t->device, t->data, raw, raw_bytes);
+  free(raw);
+  return rc;
+}
+
+static const ruccl_algorithm_table_t *const strategy_table[] = {
+    [RUCCL_STRATEGY_CENTRALIZED] = &ruccl_centralized_algorithms,
+    [RUCCL_STRATEGY_TREE] = &ruccl_tree_algorithms,
+    [RUCCL_STRATEGY_RING] = &ruccl_ring_algorithms,
+};
+
+/* AUTO: few steps for small messages, the bandwidth-optimal ring for large ones. */
+#define AUTO_SMALL_BYTES (32 * 1024)
+#define AUTO_LARGE_BYTES (256 * 1024)
+
+static ruccl_strategy_t choose_strategy(ruccl_strategy_t s, ruccl_coll_kind_t kind, size_t bytes, unsigned n) {
+  if (s.kind != RUCCL_STRATEGY_AUTO) return s;
+  ruccl_strategy_t r = {RUCCL_STRATEGY_RING, 2};
+  if (bytes < AUTO_SMALL_BYTES)
+    r.kind = n <= 4 ? RUCCL_STRATEGY_CENTRALIZED : RUCCL_STRATEGY_TREE;
+  else if (bytes < AUTO_LARGE_BYTES && kind != RUCCL_COLL_ALL_GATHER && kind != RUCCL_COLL_REDUCE_SCATTER)
+    r.kind = RUCCL_STRATEGY_TREE;
+  return r;
+}
+
+static ruccl_algo_fn algo_for(const ruccl_algorithm_table_t *t, ruccl_coll_kind_t kind) {
+  switch (kind) {
+    case RUCCL_COLL_ALL_REDUCE: return t->all_reduce;
+    case RUCCL_COLL_BROADCAST: return t->broadcast;
+    case RUCCL_COLL_REDUCE: return t->reduce;
+    case RUCCL_COLL_ALL_GATHER: return t->all_gather;
+    case RUCCL_COLL_REDUCE_SCATTER: return t->reduce_scatter;
+    default: return NULL;
+  }
+}
+
+typedef struct {
+  ruccl_args_t args;
+  void *dst;   /* host result, staged back into out when it is not out itself */
+  int writes_out;
+} prepared_t;
+
+/* Stages the inputs and sizes the call before the agreement, so that a peer that
+   cannot (no memory, a device error) says so in its descriptor. */
+static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepared_t *p) {
+  ruccl_group_t *g = c->group;
+  const ruccl_tensor_t *in = r->in;
+  ruccl_tensor_t *out = r->out;
+  ruccl_args_t *a = &p->args;
+  memset(p, 0, sizeof *p);
+  p->writes_out = out && (r->kind != RUCCL_COLL_REDUCE || r->root_peer == c->peer_id);
+  const ruccl_tensor_t *typed = in ? in : out;
+  a->dtype = ruccl_compute_dtype(typed->dtype);
+  a->op = r->op == RUCCL_MEAN ? RUCCL_SUM : r->op;
+  a->divisor = r->op == RUCCL_MEAN ? g->n : 0;
+  a->scratch.get = scratch_get;
+  a->scratch.ctx = c;
+  switch (r->kind) {
+    case RUCCL_COLL_BROADCAST: a->count = (size_t)numel_of(out); break;
+    case RUCCL_COLL_REDUCE: a->count = (size_t)numel_of(in); a->root = (unsigned)index_of_peer(c, r->root_peer); break;
+    case RUCCL_COLL_REDUCE_SCATTER: a->count = (size_t)numel_of(out); break;
+    default: a->count = (size_t)numel_of(in); break;
+  }
+  void *src = NULL, *dst = NULL;
+  ruccl_result_t rc = RUCCL_OK;
+  if (in) rc = stage_in(c, in, 1, 1, &src);
+  if (rc == RUCCL_OK && p->writes_out) {
+    if (in && in->data == out->data) dst = src;
+    else rc = stage_in(c, out, 2, 0, &dst);
+  }
+  a->src = src;
+  a->dst = dst;
+  p->dst = dst;
+  return rc;
+}
+
+static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *team, const ruccl_request_t *r, prepared_t *p) {
+  ruccl_args_t *a = &p->args;
+  size_t bytes = a->count * ruccl_dtype_size(a->dtype);
+  ruccl_strategy_t s = choose_strategy(c->group->config.local_strategy, r->kind, bytes, team->n);
+  a->arity = s.arity ? s.arity : 2;
+  const ruccl_algorithm_table_t *table = strategy_table[s.kind];
+  ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(r->kind),
+            c->seq, a->count, table->name);
+  ruccl_result_t rc = algo_for(table, r->kind)(team, a);
+  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, p->dst);
+  return rc;
+}
+
+ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
+  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ruccl_coll_kind_name(r->kind));
+  ruccl_group_t *g = c->group;
+  if (atomic_load(&g->reset))
+    return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "peer %u: this handle was discarded by ruccl_reset()", c->peer_id);
+  ruccl_result_t rc = ruccl_group_status(g);
+  if (rc != RUCCL_OK) return rc;
+
+  ruccl_team_t team = {
+      .ops = &ruccl_inproc_ops,
+      .endpoint = c,
+      .n = g->n,
+      .me = c->index,
+      .members = NULL,
+      .deadline_ns = ruccl_now_ns() + g->config.timeout_ms * 1000000,
+  };
+  coll_desc_t desc;
+  describe(c, r, &desc);
+  prepared_t prep;
+  if (desc.local_error == RUCCL_OK && r->kind != RUCCL_COLL_BARRIER) {
+    rc = prepare(c, r, &prep);
+    if (rc != RUCCL_OK) {
+      desc.local_error = (int32_t)rc;
+      snprintf(desc.detail, sizeof desc.detail, "%s", ruccl_last_error());
+    }
+  }
+  unsigned sender_pos = 0;
+  int transport_failed = 0;
+  rc = agree(c, &team, &desc, &sender_pos, &transport_failed);
+  c->seq++;
+  if (rc != RUCCL_OK) {
+    /* A verdict leaves the session as it was.  A failed exchange leaves peers blocked
+       on one another: break the session so that each of them returns now. */
+    if (transport_failed) ruccl_group_break(g, rc);
+    return rc;
+  }
+  if (r->kind == RUCCL_COLL_BARRIER) return RUCCL_OK;
+  if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = sender_pos;
+  rc = execute(c, &team, r, &prep);
+  if (rc != RUCCL_OK) ruccl_group_break(g, rc);
+  return rc;
+}

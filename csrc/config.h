@@ -1,0 +1,18 @@
+/* config.h — configuration checks used at registration. */
+#ifndef RUCCL_CONFIG_H
+#define RUCCL_CONFIG_H
+
+#include "ruccl.h"
+
+#define RUCCL_MAX_LOCAL_PEERS 1024
+#define RUCCL_MAX_NODES 4096
+
+/* RUCCL_OK, INVALID_ARGUMENT (a field out of range) or INVALID_CONFIG (only some of
+   the four multi-node settings). */
+ruccl_result_t ruccl_config_validate(const ruccl_config_t *c);
+int ruccl_config_is_multi_node(const ruccl_config_t *c);
+/* NULL when a and b agree on everything the peers must agree on, else the name of
+   the first field that differs. */
+const char *ruccl_config_difference(const ruccl_config_t *a, const ruccl_config_t *b);
+
+#endif

@@ -1,0 +1,186 @@
+/* dtype.c — element types, float16/bfloat16 conversion (round to nearest even), and
+   the reduction kernels.  The kernels are plain loops over one type each, written so
+   that the compiler vectorizes them (-O3); integer SUM and PROD wrap, computed in
+   the unsigned type so that overflow is defined. */
+#include "dtype.h"
+
+#include <string.h>
+
+size_t ruccl_dtype_size(ruccl_dtype_t dt) {
+  switch (dt) {
+    case RUCCL_FLOAT32: return 4;
+    case RUCCL_FLOAT64: return 8;
+    case RUCCL_FLOAT16: return 2;
+    case RUCCL_BFLOAT16: return 2;
+    case RUCCL_INT8: return 1;
+    case RUCCL_UINT8: return 1;
+    case RUCCL_INT32: return 4;
+    case RUCCL_INT64: return 8;
+  }
+  return 0;
+}
+
+int ruccl_dtype_valid(ruccl_dtype_t dt) { return ruccl_dtype_size(dt) != 0; }
+
+const char *ruccl_dtype_name(ruccl_dtype_t dt) {
+  static const char *const names[RUCCL_NUM_DTYPES] = {"float32", "float64", "float16", "bfloat16",
+                                                      "int8",    "uint8",   "int32",   "int64"};
+  return ruccl_dtype_valid(dt) ? names[dt] : "unknown";
+}
+
+const char *ruccl_op_name(ruccl_reduce_op_t op) {
+  static const char *const names[RUCCL_NUM_REDUCE_OPS] = {"sum", "mean", "min", "max", "prod"};
+  return (unsigned)op < RUCCL_NUM_REDUCE_OPS ? names[op] : "unknown";
+}
+
+ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt) {
+  return (dt == RUCCL_FLOAT16 || dt == RUCCL_BFLOAT16) ? RUCCL_FLOAT32 : dt;
+}
+
+static inline uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13)); /* inf, nan */
+  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+  /* zero or subnormal: mant * 2^-24 is exact in float */
+  float v = (float)mant * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+
+static inline uint16_t float_to_half(float f) {
+  uint32_t u = float_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x7f800000u) /* inf or nan (keep nan quiet and non-zero) */
+    return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
+  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
+  if (abs < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+    if (abs < 0x33000000u) return sign;                      /* below 2^-25: rounds to zero */
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - exp; /* 14..24 */
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1); /* round to nearest even on the 13 dropped bits */
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+static inline float bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+static inline uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet nan */
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+
+void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count) {
+  if (dt == RUCCL_FLOAT16) {
+    const uint16_t *s = src;
+    float *d = dst;
+    for (size_t i = 0; i < count; i++) d[i] = half_to_float(s[i]);
+  } else if (dt == RUCCL_BFLOAT16) {
+    const uint16_t *s = src;
+    float *d = dst;
+    for (size_t i = 0; i < count; i++) d[i] = bf16_to_float(s[i]);
+  } else if (src != dst && count) {
+    memcpy(dst, src, count * ruccl_dtype_size(dt));
+  }
+}
+
+void ruccl_from_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count) {
+  if (dt == RUCCL_FLOAT16) {
+    const float *s = src;
+    uint16_t *d = dst;
+    for (size_t i = 0; i < count; i++) d[i] = float_to_half(s[i]);
+  } else if (dt == RUCCL_BFLOAT16) {
+    const float *s = src;
+    uint16_t *d = dst;
+    for (size_t i = 0; i < count; i++) d[i] = float_to_bf16(s[i]);
+  } else if (src != dst && count) {
+    memcpy(dst, src, count * ruccl_dtype_size(dt));
+  }
+}
+
+/* NaN propagates through MIN and MAX, as in torch. */
+#define FMIN(a, b) ((b) != (b) ? (b) : ((b) < (a) ? (b) : (a)))
+#define FMAX(a, b) ((b) != (b) ? (b) : ((b) > (a) ? (b) : (a)))
+#define IMIN(a, b) ((b) < (a) ? (b) : (a))
+#define IMAX(a, b) ((b) > (a) ? (b) : (a))
+
+#define LOOP(T, EXPR)                                     \
+  do {                                                    \
+    T *d = (T *)dst;                                      \
+    const T *x = (const T *)a, *y = (const T *)b;         \
+    for (size_t i = 0; i < count; i++) {                  \
+      T av = x[i], bv = y[i];                             \
+      d[i] = (T)(EXPR);                                   \
+    }                                                     \
+  } while (0)
+
+#define FLOAT_KERNEL(T)                                          \
+  switch (op) {                                                  \
+    case RUCCL_PROD: LOOP(T, av * bv); break;                    \
+    case RUCCL_MIN: LOOP(T, FMIN(av, bv)); break;                \
+    case RUCCL_MAX: LOOP(T, FMAX(av, bv)); break;                \
+    default: LOOP(T, av + bv); break;                            \
+  }
+
+/* U is the unsigned type of T's width: wrapping SUM and PROD. */
+#define INT_KERNEL(T, U)                                         \
+  switch (op) {                                                  \
+    case RUCCL_PROD: LOOP(T, (U)((U)av * (U)bv)); break;         \
+    case RUCCL_MIN: LOOP(T, IMIN(av, bv)); break;                \
+    case RUCCL_MAX: LOOP(T, IMAX(av, bv)); break;                \
+    default: LOOP(T, (U)((U)av + (U)bv)); break;                 \
+  }
+
+void ruccl_reduce_kernel(void *dst, const void *a, const void *b, size_t count, ruccl_dtype_t dt,
+                         ruccl_reduce_op_t op, unsigned divisor) {
+  switch (dt) {
+    case RUCCL_FLOAT32: FLOAT_KERNEL(float); break;
+    case RUCCL_FLOAT64: FLOAT_KERNEL(double); break;
+    case RUCCL_INT8: INT_KERNEL(int8_t, uint8_t); break;
+    case RUCCL_UINT8: INT_KERNEL(uint8_t, uint8_t); break;
+    case RUCCL_INT32: INT_KERNEL(int32_t, uint32_t); break;
+    case RUCCL_INT64: INT_KERNEL(int64_t, uint64_t); break;
+    default: return; /* half types never reach the kernels: they compute in float32 */
+  }
+  if (divisor > 1) ruccl_divide_kernel(dst, dst, count, dt, divisor);
+}
+
+#define DIVIDE(T, DIV)                                    \
+  do {                                                    \
+    T *d = (T *)dst;                                      \
+    const T *s = (const T *)src;                          \
+    for (size_t i = 0; i < count; i++) d[i] = (T)(s[i] / (DIV)); \
+  } while (0)
+
+void ruccl_divide_kernel(void *dst, const void *src, size_t count, ruccl_dtype_t dt, unsigned divisor) {
+  switch (dt) {
+    case RUCCL_FLOAT32: DIVIDE(float, (float)divisor); break;
+    case RUCCL_FLOAT64: DIVIDE(double, (double)divisor); break;
+    case RUCCL_INT8: DIVIDE(int8_t, (int)divisor); break;
+    case RUCCL_UINT8: DIVIDE(uint8_t, (unsigned)divisor); break;
+    case RUCCL_INT32: DIVIDE(int32_t, (int64_t)divisor); break;
+    case RUCCL_INT64: DIVIDE(int64_t, (int64_t)divisor); break;
+    default: break;
+  }
+}

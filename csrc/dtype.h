@@ -1,0 +1,31 @@
+/* dtype.h — element types: sizes, the type reductions run in, half-precision
+   conversion, and the elementwise reduction kernels. */
+#ifndef RUCCL_DTYPE_H
+#define RUCCL_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ruccl.h"
+
+int ruccl_dtype_valid(ruccl_dtype_t dt);
+const char *ruccl_dtype_name(ruccl_dtype_t dt);
+const char *ruccl_op_name(ruccl_reduce_op_t op);
+
+/* Reductions of FLOAT16 and BFLOAT16 run in FLOAT32 and round once at the end. */
+ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt);
+
+/* Converts between a storage dtype and its compute dtype (identity copies where they
+   are the same type). */
+void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count);
+void ruccl_from_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count);
+
+/* dst[i] = a[i] op b[i], then divided by `divisor` when it is non-zero (MEAN's last
+   step).  op is SUM, MIN, MAX or PROD; dt is a compute dtype.  dst may be a or b
+   (the same address), never a partial overlap. */
+void ruccl_reduce_kernel(void *dst, const void *a, const void *b, size_t count, ruccl_dtype_t dt,
+                         ruccl_reduce_op_t op, unsigned divisor);
+/* dst[i] = src[i] / divisor, in place allowed. */
+void ruccl_divide_kernel(void *dst, const void *src, size_t count, ruccl_dtype_t dt, unsigned divisor);
+
+#endif

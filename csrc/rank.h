@@ -1,0 +1,58 @@
+/* rank.h — the rank core's state: a group (one session of peers under one group
+   name) and a communicator (one peer's handle on it). */
+#ifndef RUCCL_RANK_H
+#define RUCCL_RANK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "ruccl.h"
+#include "transport.h"
+#include "transport_inproc.h"
+
+typedef struct ruccl_group ruccl_group_t;
+
+struct ruccl_group {
+  ruccl_config_t config;
+  unsigned n; /* participants */
+
+  /* Registration; guarded by the registry lock. */
+  struct ruccl_group *next; /* registry list */
+  int in_registry;
+  int complete;
+  ruccl_result_t failed; /* a failed rendezvous poisons the pending group */
+  unsigned joined;
+  struct ruccl_comm **members; /* n slots; sorted by peer id once complete */
+  unsigned active;             /* members that have not finished */
+  pthread_cond_t registered;   /* waited on with the registry lock */
+
+  atomic_int refs;   /* registry + comms + pending registrants */
+  atomic_int reset;  /* ruccl_reset() was called: old handles are stale */
+  atomic_int broken; /* a failure in the middle of a collective: the session is unusable */
+  char broken_why[256]; /* written once, under inproc.mu, before broken is set */
+  atomic_int *finished; /* by peer index */
+  uint32_t *peer_ids_store; /* by peer index, filled when complete */
+
+  ruccl_inproc_t inproc; /* the in-process transport of this group */
+};
+
+struct ruccl_comm {
+  ruccl_group_t *group;
+  uint32_t peer_id;
+  unsigned index; /* position in peer order */
+  ruccl_device_t device;
+  uint64_t seq; /* collectives started on this handle */
+  uint32_t *peer_ids; /* by index; owned by the group, read-only once complete */
+  void *scratch[3];
+  size_t scratch_cap[3];
+};
+
+/* The error a wait of this group must return now, or RUCCL_OK. */
+ruccl_result_t ruccl_group_status(const ruccl_group_t *g);
+void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code);
+
+/* A buffer of at least `bytes` owned by the comm (slot 0..2), kept between calls. */
+void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes);
+
+#endif

@@ -1,0 +1,320 @@
+/* registry.c — the local collective service: groups by name, registration and
+ * rendezvous, finish, and reset.
+ *
+ * A group collects num_devices registrations (each a thread with its own peer id);
+ * when the last one arrives the peers are sorted by id (peer order) and every
+ * waiting registrant returns its handle.  A mismatching configuration poisons the
+ * pending group, so that every waiting peer fails with CONFIG_MISMATCH.  Groups are
+ * reference counted: a handle keeps its group alive after ruccl_reset() so that
+ * stale handles can still answer NOT_REGISTERED. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "error.h"
+#include "rank.h"
+#include "tensor_device.h"
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static ruccl_group_t *registry_head;
+
+/* ---- group lifetime ---------------------------------------------------------------- */
+
+static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
+  ruccl_group_t *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->config = *cfg;
+  g->n = cfg->num_devices;
+  g->members = calloc(g->n, sizeof *g->members);
+  g->finished = calloc(g->n, sizeof *g->finished);
+  uint32_t *ids = calloc(g->n, sizeof *ids);
+  if (!g->members || !g->finished || !ids || ruccl_inproc_init(&g->inproc, g->n) != 0) {
+    free(g->members);
+    free(g->finished);
+    free(ids);
+    free(g);
+    return NULL;
+  }
+  g->peer_ids_store = ids;
+  for (unsigned i = 0; i < g->n; i++) atomic_init(&g->finished[i], 0);
+  atomic_init(&g->refs, 1); /* the registry's */
+  atomic_init(&g->reset, 0);
+  atomic_init(&g->broken, 0);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&g->registered, &attr);
+  pthread_condattr_destroy(&attr);
+  return g;
+}
+
+static void group_unref(ruccl_group_t *g) {
+  if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  ruccl_inproc_destroy(&g->inproc);
+  pthread_cond_destroy(&g->registered);
+  free(g->members);
+  free((void *)g->finished);
+  free(g->peer_ids_store);
+  free(g);
+}
+
+/* Registry lock held. */
+static void registry_remove(ruccl_group_t *g) {
+  if (!g->in_registry) return;
+  for (ruccl_group_t **p = &registry_head; *p; p = &(*p)->next) {
+    if (*p == g) {
+      *p = g->next;
+      break;
+    }
+  }
+  g->in_registry = 0;
+  g->next = NULL;
+  group_unref(g);
+}
+
+ruccl_result_t ruccl_group_status(const ruccl_group_t *g) {
+  if (atomic_load(&g->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
+  int broken = atomic_load(&g->broken);
+  if (broken) {
+    ruccl_group_t *mg = (ruccl_group_t *)g;
+    pthread_mutex_lock(&mg->inproc.mu);
+    ruccl_set_last_error(mg->broken_why);
+    pthread_mutex_unlock(&mg->inproc.mu);
+    return (ruccl_result_t)broken;
+  }
+  return RUCCL_OK;
+}
+
+void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
+  if (code == RUCCL_OK || code == RUCCL_ERR_RESET) {
+    ruccl_inproc_wake(&g->inproc);
+    return;
+  }
+  pthread_mutex_lock(&g->inproc.mu);
+  if (atomic_load(&g->broken) == 0) {
+    snprintf(g->broken_why, sizeof g->broken_why, "%s", ruccl_last_error());
+    atomic_store(&g->broken, (int)code);
+  }
+  pthread_cond_broadcast(&g->inproc.cv);
+  pthread_mutex_unlock(&g->inproc.mu);
+}
+
+/* ---- comms ------------------------------------------------------------------------- */
+
+void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (c->scratch_cap[slot] >= bytes) return c->scratch[slot];
+  free(c->scratch[slot]);
+  size_t cap = bytes < 4096 ? 4096 : bytes;
+  c->scratch[slot] = malloc(cap);
+  c->scratch_cap[slot] = c->scratch[slot] ? cap : 0;
+  return c->scratch[slot];
+}
+
+static void comm_free(ruccl_comm_t *c) {
+  for (int i = 0; i < 3; i++) free(c->scratch[i]);
+  free(c);
+}
+
+ruccl_result_t ruccl_comm_size(const ruccl_comm_t *c, unsigned *size) {
+  if (!c || !size) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or size is NULL");
+  if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
+  *size = c->group->n;
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_comm_index(const ruccl_comm_t *c, unsigned *index) {
+  if (!c || !index) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or index is NULL");
+  if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
+  *index = c->index;
+  return RUCCL_OK;
+}
+
+/* ---- registration ------------------------------------------------------------------ */
+
+static int by_peer_id(const void *a, const void *b) {
+  uint32_t x = (*(ruccl_comm_t *const *)a)->peer_id, y = (*(ruccl_comm_t *const *)b)->peer_id;
+  return x < y ? -1 : x > y;
+}
+
+/* Registry lock held: every pending peer has arrived. */
+static void complete_rendezvous(ruccl_group_t *g) {
+  qsort(g->members, g->n, sizeof *g->members, by_peer_id);
+  for (unsigned i = 0; i < g->n; i++) {
+    g->members[i]->index = i;
+    g->peer_ids_store[i] = g->members[i]->peer_id;
+    g->members[i]->peer_ids = g->peer_ids_store;
+  }
+  g->complete = 1;
+  g->active = g->n;
+  pthread_cond_broadcast(&g->registered);
+  ruccl_log(2, "group '%s': %u peers registered", g->config.group_name, g->n);
+}
+
+/* Registry lock held: a pending registrant gives up. */
+static void leave_pending(ruccl_group_t *g, ruccl_comm_t *c) {
+  for (unsigned i = 0; i < g->joined; i++) {
+    if (g->members[i] == c) {
+      g->members[i] = g->members[--g->joined];
+      break;
+    }
+  }
+  if (g->joined == 0) registry_remove(g);
+}
+
+static ruccl_result_t check_device(ruccl_device_t device) {
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(device.kind);
+  if (!ad)
+    return ruccl_fail(RUCCL_ERR_UNSUPPORTED, "device kind %d is not supported by this build%s", (int)device.kind,
+                      device.kind == RUCCL_DEVICE_CUDA ? " (configure with -DRUCCL_CUDA=ON)" : "");
+  if (ad->check(device) != RUCCL_OK)
+    return ruccl_fail(RUCCL_ERR_DEVICE, "device %s:%d is not usable", ad->name, device.index);
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruccl_config_t *config,
+                              ruccl_comm_t **comm) {
+  if (!comm) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm output pointer is NULL");
+  *comm = NULL;
+  ruccl_result_t rc = ruccl_config_validate(config);
+  if (rc != RUCCL_OK) return rc;
+  if (ruccl_config_is_multi_node(config))
+    return ruccl_fail(RUCCL_ERR_UNSUPPORTED,
+                      "multi-node sessions (num_nodes, global/node address, data service port) are not built yet");
+  rc = check_device(device);
+  if (rc != RUCCL_OK) return rc;
+
+  ruccl_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "communicator");
+  c->peer_id = peer_id;
+  c->device = device;
+
+  pthread_mutex_lock(&registry_mu);
+  ruccl_group_t *g = NULL;
+  for (ruccl_group_t *it = registry_head; it; it = it->next) {
+    if (strcmp(it->config.group_name, config->group_name) != 0) continue;
+    if (!it->complete) {
+      g = it;
+      continue;
+    }
+    for (unsigned i = 0; i < it->n; i++) {
+      if (it->peer_ids_store[i] == peer_id && !atomic_load(&it->finished[i])) {
+        pthread_mutex_unlock(&registry_mu);
+        comm_free(c);
+        return ruccl_fail(RUCCL_ERR_DUPLICATE_REGISTRATION,
+                          "peer %u is already registered in the active session of group '%s'", peer_id,
+                          config->group_name);
+      }
+    }
+  }
+  if (g) {
+    for (unsigned i = 0; i < g->joined; i++) {
+      if (g->members[i]->peer_id == peer_id) {
+        pthread_mutex_unlock(&registry_mu);
+        comm_free(c);
+        return ruccl_fail(RUCCL_ERR_DUPLICATE_REGISTRATION, "peer %u is already registering in group '%s'",
+                          peer_id, config->group_name);
+      }
+    }
+    const char *diff = ruccl_config_difference(&g->config, config);
+    if (diff) {
+      g->failed = RUCCL_ERR_CONFIG_MISMATCH;
+      snprintf(g->broken_why, sizeof g->broken_why,
+               "RUCCL_ERR_CONFIG_MISMATCH: peer %u registered in group '%s' with a different %s", peer_id,
+               config->group_name, diff);
+      pthread_cond_broadcast(&g->registered);
+      registry_remove(g);
+      pthread_mutex_unlock(&registry_mu);
+      comm_free(c);
+      return ruccl_fail(RUCCL_ERR_CONFIG_MISMATCH, "peer %u registered in group '%s' with a different %s", peer_id,
+                        config->group_name, diff);
+    }
+  } else {
+    g = group_new(config);
+    if (!g) {
+      pthread_mutex_unlock(&registry_mu);
+      comm_free(c);
+      return ruccl_fail(RUCCL_ERR_NO_MEMORY, "group of %u peers", config->num_devices);
+    }
+    g->in_registry = 1;
+    g->next = registry_head;
+    registry_head = g;
+  }
+  c->group = g;
+  atomic_fetch_add(&g->refs, 1);
+  g->members[g->joined++] = c;
+  if (g->joined == g->n) complete_rendezvous(g);
+
+  int64_t deadline = ruccl_now_ns() + config->timeout_ms * 1000000;
+  struct timespec ts = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
+  int timed_out = 0;
+  while (!g->complete && !g->failed && !atomic_load(&g->reset) && !timed_out)
+    timed_out = pthread_cond_timedwait(&g->registered, &registry_mu, &ts) == ETIMEDOUT;
+
+  if (g->complete && !atomic_load(&g->reset)) {
+    pthread_mutex_unlock(&registry_mu);
+    *comm = c;
+    return RUCCL_OK;
+  }
+  if (g->failed) {
+    char why[sizeof g->broken_why];
+    memcpy(why, g->broken_why, sizeof why);
+    rc = g->failed;
+    pthread_mutex_unlock(&registry_mu);
+    ruccl_set_last_error(why);
+  } else if (atomic_load(&g->reset)) {
+    pthread_mutex_unlock(&registry_mu);
+    rc = ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() was called while peer %u was registering", peer_id);
+  } else {
+    unsigned joined = g->joined;
+    leave_pending(g, c);
+    pthread_mutex_unlock(&registry_mu);
+    rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u: only %u of %u peers registered in group '%s' within %lld ms",
+                    peer_id, joined, config->num_devices, config->group_name, (long long)config->timeout_ms);
+  }
+  group_unref(g);
+  comm_free(c);
+  return rc;
+}
+
+/* ---- finish and reset ------------------------------------------------------------- */
+
+ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
+  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "communicator is NULL");
+  ruccl_group_t *g = c->group;
+  ruccl_result_t rc = RUCCL_OK;
+  if (atomic_load(&g->reset)) {
+    rc = ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "peer %u: this handle was discarded by ruccl_reset(); freed it",
+                    c->peer_id);
+  } else {
+    atomic_store(&g->finished[c->index], 1);
+    pthread_mutex_lock(&registry_mu);
+    if (--g->active == 0) registry_remove(g);
+    pthread_mutex_unlock(&registry_mu);
+    ruccl_group_break(g, RUCCL_OK); /* wakes peers waiting for us */
+    ruccl_log(2, "peer %u finished its session in group '%s'", c->peer_id, g->config.group_name);
+  }
+  comm_free(c);
+  group_unref(g);
+  return rc;
+}
+
+void ruccl_reset(void) {
+  pthread_mutex_lock(&registry_mu);
+  while (registry_head) {
+    ruccl_group_t *g = registry_head;
+    atomic_store(&g->reset, 1);
+    pthread_cond_broadcast(&g->registered);
+    /* hold a reference while waking: registry_remove may drop the last one */
+    atomic_fetch_add(&g->refs, 1);
+    registry_remove(g);
+    pthread_mutex_lock(&g->inproc.mu);
+    pthread_cond_broadcast(&g->inproc.cv);
+    pthread_mutex_unlock(&g->inproc.mu);
+    group_unref(g);
+  }
+  pthread_mutex_unlock(&registry_mu);
+}

@@ -1,0 +1,42 @@
+/* team.c — maps an algorithm's team positions onto global peer indices and hands
+   each step to the team's transport. */
+#include <time.h>
+
+#include "transport.h"
+
+int64_t ruccl_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int global_index(const ruccl_team_t *team, int pos) {
+  if (pos == RUCCL_NO_PEER || !team->members) return pos;
+  return (int)team->members[pos];
+}
+
+ruccl_result_t ruccl_team_xfer(const ruccl_team_t *team, const ruccl_xfer_t *x) {
+  ruccl_xfer_t g = *x;
+  g.send_peer = global_index(team, x->send_peer);
+  g.recv_peer = global_index(team, x->recv_peer);
+  return team->ops->xfer(team->endpoint, &g, team->deadline_ns);
+}
+
+ruccl_result_t ruccl_team_send(const ruccl_team_t *team, int peer, const void *buf, size_t bytes) {
+  ruccl_xfer_t x = {.send_peer = peer, .send_buf = buf, .send_bytes = bytes, .recv_peer = RUCCL_NO_PEER};
+  return ruccl_team_xfer(team, &x);
+}
+
+ruccl_result_t ruccl_team_recv(const ruccl_team_t *team, int peer, void *buf, size_t bytes) {
+  ruccl_xfer_t x = {.send_peer = RUCCL_NO_PEER, .recv_peer = peer, .recv_buf = buf, .recv_bytes = bytes};
+  return ruccl_team_xfer(team, &x);
+}
+
+ruccl_result_t ruccl_team_send_all(const ruccl_team_t *team, const void *buf, size_t bytes) {
+  for (unsigned p = 0; p < team->n; p++) {
+    if (p == team->me) continue;
+    ruccl_result_t rc = ruccl_team_send(team, (int)p, buf, bytes);
+    if (rc != RUCCL_OK) return rc;
+  }
+  return RUCCL_OK;
+}

@@ -1,0 +1,62 @@
+/* transport.h — the one interface every transport (in-process, and later shared
+   memory and TCP) implements, and the team an algorithm runs over.
+ *
+ * An algorithm only ever calls ruccl_team_xfer(): one step that may send a buffer
+ * to one peer and receive (optionally reducing on receipt) from another, both by
+ * position in the team.  Messages between a pair are FIFO; a step returns when its
+ * send has been taken and its receive has landed, so the caller may reuse both
+ * buffers.  Which transport carries the bytes is invisible to it. */
+#ifndef RUCCL_TRANSPORT_H
+#define RUCCL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ruccl.h"
+
+#define RUCCL_NO_PEER (-1)
+
+typedef struct {
+  int send_peer; /* team position, or RUCCL_NO_PEER */
+  const void *send_buf;
+  size_t send_bytes;
+  int recv_peer; /* team position, or RUCCL_NO_PEER */
+  void *recv_buf;
+  size_t recv_bytes;
+  /* Reduce on receipt: recv_buf = reduce_local op incoming (count = recv_bytes /
+     element size), then divided by divisor when it is non-zero.  NULL: plain copy. */
+  const void *reduce_local;
+  ruccl_dtype_t dtype;
+  ruccl_reduce_op_t op;
+  unsigned divisor;
+} ruccl_xfer_t;
+
+typedef struct ruccl_transport_ops {
+  const char *name;
+  /* peer_a / peer_b are global peer indices (the team has mapped them). */
+  ruccl_result_t (*xfer)(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns);
+} ruccl_transport_ops_t;
+
+/* The peers one algorithm runs over: a subset of the session's peers (all of them
+   for a flat strategy, the local peers or the node leaders for a hierarchical one),
+   listed by their global index. */
+typedef struct {
+  const ruccl_transport_ops_t *ops;
+  void *endpoint;
+  unsigned n;              /* team size */
+  unsigned me;             /* my position in the team */
+  const unsigned *members; /* position -> global peer index; NULL = identity */
+  int64_t deadline_ns;     /* CLOCK_MONOTONIC; every wait of this collective ends by then */
+} ruccl_team_t;
+
+ruccl_result_t ruccl_team_xfer(const ruccl_team_t *team, const ruccl_xfer_t *x);
+
+/* Shorthands for the common one-sided steps. */
+ruccl_result_t ruccl_team_send(const ruccl_team_t *team, int peer, const void *buf, size_t bytes);
+ruccl_result_t ruccl_team_recv(const ruccl_team_t *team, int peer, void *buf, size_t bytes);
+/* The same buffer to every other member, in position order. */
+ruccl_result_t ruccl_team_send_all(const ruccl_team_t *team, const void *buf, size_t bytes);
+
+int64_t ruccl_now_ns(void);
+
+#endif

@@ -1,0 +1,177 @@
+/* transport_inproc.c — the in-process transport.
+ *
+ * Each directed pair has a one-message mailbox.  The sender publishes a pointer to
+ * its own buffer (POSTED); the receiver claims it (READING), copies or reduces
+ * straight out of it into its destination, and releases it (DONE); the sender then
+ * empties the mailbox and may reuse the buffer.  A sender that gives up (timeout,
+ * reset, a broken session) retracts a message nobody has claimed, and waits out one
+ * that is being read, so that no thread ever reads a buffer whose owner has left.
+ *
+ * Waits spin briefly (waking a sleeping thread costs tens of microseconds) and then
+ * sleep on a condition variable; every wait re-checks the session's state, the peer
+ * it waits for, and the deadline. */
+#include "transport_inproc.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtype.h"
+#include "error.h"
+#include "rank.h"
+
+enum { INPROC_EMPTY, INPROC_POSTED, INPROC_READING, INPROC_DONE };
+
+#define SPIN_NS 50000        /* busy-poll this long before sleeping */
+#define SLEEP_SLICE_NS 20000000 /* sleepers re-check state at least this often */
+
+int ruccl_inproc_init(ruccl_inproc_t *t, unsigned n) {
+  memset(t, 0, sizeof *t);
+  t->n = n;
+  t->channels = calloc((size_t)n * n, sizeof *t->channels);
+  if (!t->channels) return -1;
+  for (size_t i = 0; i < (size_t)n * n; i++) atomic_init(&t->channels[i].state, INPROC_EMPTY);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&t->mu, NULL);
+  atomic_init(&t->sleepers, 0);
+  return 0;
+}
+
+void ruccl_inproc_destroy(ruccl_inproc_t *t) {
+  free(t->channels);
+  t->channels = NULL;
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+}
+
+void ruccl_inproc_wake(ruccl_inproc_t *t) {
+  /* Pairs with the sleeper's increment-then-recheck: either the sleeper sees the new
+     state, or we see the sleeper and wake it. */
+  if (atomic_load(&t->sleepers) > 0) {
+    pthread_mutex_lock(&t->mu);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+  }
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int64_t deadline_ns) {
+  ruccl_result_t rc = ruccl_group_status(c->group);
+  if (rc != RUCCL_OK) return rc;
+  if (atomic_load(&c->group->finished[peer]))
+    return ruccl_fail(RUCCL_ERR_PEER_FINISHED, "peer %u is waiting for peer %u, which has finished its session",
+                      c->peer_id, c->peer_ids[peer]);
+  if (ruccl_now_ns() >= deadline_ns)
+    return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u (timeout %lld ms)", c->peer_id,
+                      c->peer_ids[peer], (long long)c->group->config.timeout_ms);
+  return RUCCL_OK;
+}
+
+/* Waits until ch->state == want, or returns why it cannot. */
+static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *ch, int want, unsigned peer,
+                                 int64_t deadline_ns) {
+  if (atomic_load(&ch->state) == want) return RUCCL_OK;
+  int64_t spin_until = ruccl_now_ns() + SPIN_NS;
+  for (unsigned i = 1;; i++) {
+    if (atomic_load(&ch->state) == want) return RUCCL_OK;
+    cpu_relax();
+    if ((i & 127) == 0) {
+      if (ruccl_now_ns() >= spin_until) break;
+      sched_yield();
+    }
+  }
+  ruccl_inproc_t *t = &c->group->inproc;
+  for (;;) {
+    if (atomic_load(&ch->state) == want) return RUCCL_OK;
+    ruccl_result_t rc = blocking_reason(c, peer, deadline_ns);
+    if (rc != RUCCL_OK) return rc;
+    int64_t wake = ruccl_now_ns() + SLEEP_SLICE_NS;
+    if (wake > deadline_ns) wake = deadline_ns;
+    struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
+    pthread_mutex_lock(&t->mu);
+    atomic_fetch_add(&t->sleepers, 1);
+    if (atomic_load(&ch->state) != want && ruccl_group_status(c->group) == RUCCL_OK &&
+        !atomic_load(&c->group->finished[peer]))
+      pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    atomic_fetch_sub(&t->sleepers, 1);
+    pthread_mutex_unlock(&t->mu);
+  }
+}
+
+static void retract(ruccl_inproc_t *t, ruccl_inproc_channel_t *ch) {
+  int expected = INPROC_POSTED;
+  if (atomic_compare_exchange_strong(&ch->state, &expected, INPROC_EMPTY)) return;
+  /* The receiver holds it (READING, a bounded copy) or has released it (DONE). */
+  while (atomic_load(&ch->state) == INPROC_READING) cpu_relax();
+  atomic_store(&ch->state, INPROC_EMPTY);
+  ruccl_inproc_wake(t);
+}
+
+static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsigned from, int64_t deadline_ns) {
+  ruccl_inproc_t *t = &c->group->inproc;
+  ruccl_inproc_channel_t *ch = &t->channels[(size_t)from * t->n + c->index];
+  for (;;) {
+    ruccl_result_t rc = wait_state(c, ch, INPROC_POSTED, from, deadline_ns);
+    if (rc != RUCCL_OK) return rc;
+    int expected = INPROC_POSTED;
+    if (atomic_compare_exchange_strong(&ch->state, &expected, INPROC_READING)) break;
+    /* the sender retracted between our load and our claim: wait again */
+  }
+  ruccl_result_t rc = RUCCL_OK;
+  if (ch->bytes != x->recv_bytes) {
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected %zu bytes from peer %u, got %zu", c->peer_id,
+                    x->recv_bytes, c->peer_ids[from], ch->bytes);
+  } else if (x->recv_bytes) {
+    if (x->reduce_local) {
+      size_t count = x->recv_bytes / ruccl_dtype_size(x->dtype);
+      ruccl_reduce_kernel(x->recv_buf, x->reduce_local, ch->ptr, count, x->dtype, x->op, x->divisor);
+    } else {
+      memcpy(x->recv_buf, ch->ptr, x->recv_bytes);
+    }
+  }
+  atomic_store(&ch->state, INPROC_DONE);
+  ruccl_inproc_wake(t);
+  return rc;
+}
+
+static ruccl_result_t inproc_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
+  const ruccl_comm_t *c = endpoint;
+  ruccl_inproc_t *t = &c->group->inproc;
+  ruccl_inproc_channel_t *out = NULL;
+  if (x->send_peer != RUCCL_NO_PEER) {
+    out = &t->channels[(size_t)c->index * t->n + (unsigned)x->send_peer];
+    out->ptr = x->send_buf;
+    out->bytes = x->send_bytes;
+    atomic_store(&out->state, INPROC_POSTED);
+    ruccl_inproc_wake(t);
+  }
+  ruccl_result_t rc = RUCCL_OK;
+  if (x->recv_peer != RUCCL_NO_PEER) rc = receive(c, x, (unsigned)x->recv_peer, deadline_ns);
+  if (out) {
+    if (rc == RUCCL_OK) rc = wait_state(c, out, INPROC_DONE, (unsigned)x->send_peer, deadline_ns);
+    if (rc == RUCCL_OK) {
+      atomic_store(&out->state, INPROC_EMPTY);
+    } else {
+      retract(t, out);
+    }
+  }
+  return rc;
+}
+
+const ruccl_transport_ops_t ruccl_inproc_ops = {
+    .name = "inproc",
+    .xfer = inproc_xfer,
+};

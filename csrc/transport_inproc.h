@@ -1,0 +1,36 @@
+/* transport_inproc.h — the in-process transport: peers are threads of one process,
+   so a receiver reads the sender's buffer directly (no serialization, one pass that
+   copies or reduces), and the sender waits until it has been read. */
+#ifndef RUCCL_TRANSPORT_INPROC_H
+#define RUCCL_TRANSPORT_INPROC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "transport.h"
+
+/* One directed mailbox, sender -> receiver, holding at most one message. */
+typedef struct {
+  atomic_int state; /* INPROC_EMPTY, _POSTED, _READING, _DONE */
+  const void *ptr;  /* published by the POSTED store */
+  size_t bytes;
+  char pad[64 - sizeof(atomic_int) - sizeof(void *) - sizeof(size_t)];
+} ruccl_inproc_channel_t;
+
+typedef struct {
+  unsigned n;
+  ruccl_inproc_channel_t *channels; /* n * n, [from * n + to] */
+  pthread_mutex_t mu;               /* only for sleeping */
+  pthread_cond_t cv;
+  atomic_int sleepers;
+} ruccl_inproc_t;
+
+int ruccl_inproc_init(ruccl_inproc_t *t, unsigned n);
+void ruccl_inproc_destroy(ruccl_inproc_t *t);
+/* Wakes every thread sleeping in this transport so it re-checks the session state. */
+void ruccl_inproc_wake(ruccl_inproc_t *t);
+
+extern const ruccl_transport_ops_t ruccl_inproc_ops; /* endpoint: the ruccl_comm_t */
+
+#endif
