@@ -1,1 +1,285 @@
-int main(void){return 0;}
+/* ruccl_perf.c — ruccl-perf, the collective benchmark.  Its table follows nccl-tests
+ * (size, count, type, redop, root; time, algbw, busbw and #wrong for out-of-place
+ * and in-place), and the same run measures a plain memcpy bandwidth as reference.
+ *
+ *   ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter]
+ *              [-n peers] [-b min_bytes] [-e max_bytes] [-f factor]
+ *              [-s auto|centralized|tree|ring] [-w warmup] [-i iters]
+ *
+ * Peers are threads of this process (the in-process transport).  busbw follows
+ * nccl-tests: all_reduce x 2(n-1)/n, all_gather and reduce_scatter x (n-1)/n,
+ * broadcast and reduce x 1; "size" is the bytes of one peer's full buffer. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ruccl.h"
+
+typedef enum { C_ALL_REDUCE, C_BROADCAST, C_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER } coll_t;
+static const char *const coll_names[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"};
+
+typedef struct {
+  coll_t coll;
+  unsigned peers;
+  size_t min_bytes, max_bytes;
+  unsigned factor;
+  ruccl_strategy_t strategy;
+  int warmup, iters;
+} options_t;
+
+typedef struct {
+  const options_t *opt;
+  uint32_t id;
+  ruccl_config_t config;
+  double *times; /* [size index][in_place]: seconds per iteration, written by peer 0 */
+  long *wrong;   /* [size index][in_place], summed over peers */
+  pthread_mutex_t *mu;
+  int failed;
+} peer_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse(int argc, char **argv, options_t *o) {
+  *o = (options_t){C_ALL_REDUCE, 2, 8, 64u << 20, 2, {RUCCL_STRATEGY_AUTO, 2}, 5, 20};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *k = argv[i], *v = argv[i + 1];
+    if (!strcmp(k, "-c")) {
+      int found = 0;
+      for (int c = 0; c < 5; c++)
+        if (!strcmp(v, coll_names[c])) o->coll = (coll_t)c, found = 1;
+      if (!found) return -1;
+    } else if (!strcmp(k, "-n")) o->peers = (unsigned)atoi(v);
+    else if (!strcmp(k, "-b")) o->min_bytes = strtoull(v, NULL, 10);
+    else if (!strcmp(k, "-e")) o->max_bytes = strtoull(v, NULL, 10);
+    else if (!strcmp(k, "-f")) o->factor = (unsigned)atoi(v);
+    else if (!strcmp(k, "-w")) o->warmup = atoi(v);
+    else if (!strcmp(k, "-i")) o->iters = atoi(v);
+    else if (!strcmp(k, "-s")) {
+      if (!strcmp(v, "auto")) o->strategy.kind = RUCCL_STRATEGY_AUTO;
+      else if (!strcmp(v, "centralized")) o->strategy.kind = RUCCL_STRATEGY_CENTRALIZED;
+      else if (!strcmp(v, "tree")) o->strategy.kind = RUCCL_STRATEGY_TREE;
+      else if (!strcmp(v, "ring")) o->strategy.kind = RUCCL_STRATEGY_RING;
+      else return -1;
+    } else return -1;
+  }
+  if (o->peers < 1 || o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->factor < 2 || o->iters < 1) return -1;
+  return 0;
+}
+
+static unsigned num_sizes(const options_t *o) {
+  unsigned k = 0;
+  for (size_t b = o->min_bytes; b <= o->max_bytes; b *= o->factor) k++;
+  return k;
+}
+
+/* Elements of the full per-peer buffer, rounded to what the collective can split. */
+static size_t full_count(const options_t *o, size_t bytes) {
+  size_t count = bytes / sizeof(float);
+  if (o->coll == C_ALL_GATHER || o->coll == C_REDUCE_SCATTER) count -= count % o->peers;
+  return count;
+}
+
+static ruccl_tensor_t tensor(float *data, size_t count) {
+  ruccl_tensor_t t = {.data = data, .dtype = RUCCL_FLOAT32, .ndim = 1, .shape = {(int64_t)count},
+                      .device = {RUCCL_DEVICE_CPU, 0}};
+  return t;
+}
+
+static ruccl_result_t run_once(const options_t *o, ruccl_comm_t *comm, uint32_t id, float *in, float *out,
+                               size_t count) {
+  size_t block = count / o->peers;
+  ruccl_tensor_t tin = tensor(in, count), tout = tensor(out, count);
+  switch (o->coll) {
+    case C_ALL_REDUCE: return ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM);
+    case C_BROADCAST: return ruccl_broadcast(comm, id == 0 ? &tin : NULL, &tout);
+    case C_REDUCE: return ruccl_reduce(comm, &tin, id == 0 ? &tout : NULL, RUCCL_SUM, 0);
+    case C_ALL_GATHER: {
+      ruccl_tensor_t part = tensor(in == out ? out + (size_t)id * block : in, block);
+      return ruccl_all_gather(comm, &part, &tout);
+    }
+    case C_REDUCE_SCATTER: {
+      ruccl_tensor_t part = tensor(in == out ? out + (size_t)id * block : out, block);
+      return ruccl_reduce_scatter(comm, &tin, &part, RUCCL_SUM);
+    }
+  }
+  return RUCCL_ERR_INVALID_ARGUMENT;
+}
+
+/* Inputs are small integers, so every sum is exact and #wrong is a real count. */
+static float value(uint32_t id, size_t i) { return (float)((id + 1) * (i % 7 + 1)); }
+
+static void fill(const options_t *o, uint32_t id, int in_place, float *in, float *out, size_t count) {
+  size_t block = count / o->peers;
+  for (size_t i = 0; i < count; i++) out[i] = -1.0f;
+  float *src = in_place ? out : in;
+  if (o->coll == C_ALL_GATHER) {
+    float *mine = in_place ? out + (size_t)id * block : in;
+    for (size_t i = 0; i < block; i++) mine[i] = value(id, (size_t)id * block + i);
+  } else {
+    for (size_t i = 0; i < count; i++) src[i] = value(id, i);
+  }
+}
+
+static long count_wrong(const options_t *o, uint32_t id, int in_place, const float *out, size_t count) {
+  unsigned n = o->peers;
+  size_t block = count / n;
+  float scale = (float)(n * (n + 1) / 2); /* sum of (id + 1) over the peers */
+  long wrong = 0;
+  switch (o->coll) {
+    case C_ALL_REDUCE:
+      for (size_t i = 0; i < count; i++) wrong += out[i] != scale * (float)(i % 7 + 1);
+      break;
+    case C_BROADCAST:
+      for (size_t i = 0; i < count; i++) wrong += out[i] != value(0, i);
+      break;
+    case C_REDUCE:
+      if (id == 0)
+        for (size_t i = 0; i < count; i++) wrong += out[i] != scale * (float)(i % 7 + 1);
+      break;
+    case C_ALL_GATHER:
+      for (size_t i = 0; i < count; i++) wrong += out[i] != value((uint32_t)(i / block), i);
+      break;
+    case C_REDUCE_SCATTER: {
+      const float *part = out + (in_place ? (size_t)id * block : 0);
+      for (size_t i = 0; i < block; i++) wrong += part[i] != scale * (float)(((size_t)id * block + i) % 7 + 1);
+      break;
+    }
+  }
+  return wrong;
+}
+
+static void *peer_main(void *arg) {
+  peer_t *p = arg;
+  const options_t *o = p->opt;
+  ruccl_comm_t *comm;
+  if (ruccl_register(p->id, (ruccl_device_t){RUCCL_DEVICE_CPU, 0}, &p->config, &comm) != RUCCL_OK) {
+    fprintf(stderr, "peer %u: register: %s\n", p->id, ruccl_last_error());
+    p->failed = 1;
+    return NULL;
+  }
+  size_t max_count = full_count(o, o->max_bytes);
+  float *in = malloc(max_count * sizeof(float) + 64), *out = malloc(max_count * sizeof(float) + 64);
+  unsigned k = 0;
+  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor, k++) {
+    size_t count = full_count(o, bytes);
+    for (int in_place = 0; in_place < 2; in_place++) {
+      float *src = in_place ? out : in;
+      fill(o, p->id, in_place, in, out, count);
+      if (run_once(o, comm, p->id, src, out, count) != RUCCL_OK) goto fail;
+      long wrong = count_wrong(o, p->id, in_place, out, count);
+      pthread_mutex_lock(p->mu);
+      p->wrong[k * 2 + (unsigned)in_place] += wrong;
+      pthread_mutex_unlock(p->mu);
+      for (int w = 0; w < o->warmup; w++)
+        if (run_once(o, comm, p->id, src, out, count) != RUCCL_OK) goto fail;
+      if (ruccl_barrier(comm) != RUCCL_OK) goto fail;
+      double t0 = now_s();
+      for (int it = 0; it < o->iters; it++)
+        if (run_once(o, comm, p->id, src, out, count) != RUCCL_OK) goto fail;
+      if (ruccl_barrier(comm) != RUCCL_OK) goto fail;
+      if (p->id == 0) p->times[k * 2 + (unsigned)in_place] = (now_s() - t0) / o->iters;
+    }
+  }
+  free(in);
+  free(out);
+  ruccl_finish(comm);
+  return NULL;
+fail:
+  fprintf(stderr, "peer %u: %s\n", p->id, ruccl_last_error());
+  p->failed = 1;
+  free(in);
+  free(out);
+  ruccl_finish(comm);
+  return NULL;
+}
+
+static double memcpy_bandwidth(size_t bytes) {
+  char *a = malloc(bytes), *b = malloc(bytes);
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
+  int reps = 0;
+  double t0 = now_s(), t;
+  do {
+    memcpy(b, a, bytes);
+    reps++;
+    t = now_s() - t0;
+  } while (t < 0.5 || reps < 5);
+  double gbs = (double)bytes * reps / t / 1e9;
+  free(a);
+  free(b);
+  return gbs;
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  if (parse(argc, argv, &o) != 0) {
+    fprintf(stderr,
+            "usage: ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter] [-n peers]\n"
+            "                  [-b min_bytes] [-e max_bytes] [-f factor] [-s auto|centralized|tree|ring]\n"
+            "                  [-w warmup] [-i iters]\n");
+    return 2;
+  }
+  unsigned nsizes = num_sizes(&o);
+  double *times = calloc(nsizes * 2, sizeof *times);
+  long *wrong = calloc(nsizes * 2, sizeof *wrong);
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  ruccl_config_t cfg = ruccl_config_default();
+  ruccl_config_set_num_devices(&cfg, o.peers);
+  ruccl_config_set_local_strategy(&cfg, o.strategy);
+  ruccl_config_set_group_name(&cfg, "ruccl-perf");
+  peer_t *peers = calloc(o.peers, sizeof *peers);
+  pthread_t *threads = calloc(o.peers, sizeof *threads);
+  for (unsigned i = 0; i < o.peers; i++) {
+    peers[i] = (peer_t){.opt = &o, .id = i, .config = cfg, .times = times, .wrong = wrong, .mu = &mu};
+    pthread_create(&threads[i], NULL, peer_main, &peers[i]);
+  }
+  int failed = 0;
+  for (unsigned i = 0; i < o.peers; i++) {
+    pthread_join(threads[i], NULL);
+    failed |= peers[i].failed;
+  }
+  static const char *const strategy_names[] = {"auto", "centralized", "tree", "ring"};
+  printf("# ruccl-perf: %s, %u in-process peers, strategy %s, %d warmup + %d iterations\n", coll_names[o.coll],
+         o.peers, strategy_names[o.strategy.kind], o.warmup, o.iters);
+  printf("#%62s %27s\n", "out-of-place", "in-place");
+  printf("# %10s %12s %6s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
+         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  printf("# %10s %12s %6s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  double n = o.peers, factor = 1;
+  if (o.coll == C_ALL_REDUCE) factor = 2 * (n - 1) / n;
+  else if (o.coll == C_ALL_GATHER || o.coll == C_REDUCE_SCATTER) factor = (n - 1) / n;
+  const int rooted = o.coll == C_BROADCAST || o.coll == C_REDUCE;
+  const int reduces = o.coll == C_ALL_REDUCE || o.coll == C_REDUCE || o.coll == C_REDUCE_SCATTER;
+  unsigned k = 0;
+  long total_wrong = 0;
+  double last_busbw = 0;
+  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor, k++) {
+    size_t count = full_count(&o, bytes);
+    double sz = (double)count * sizeof(float);
+    printf("  %10zu %12zu %6s %6s %5s", (size_t)sz, count, "float", reduces ? "sum" : "none", rooted ? "0" : "-1");
+    for (int ip = 0; ip < 2; ip++) {
+      double t = times[k * 2 + ip], algbw = t > 0 ? sz / t / 1e9 : 0;
+      printf(" %9.2f %7.2f %7.2f %6ld", t * 1e6, algbw, algbw * factor, wrong[k * 2 + ip]);
+      total_wrong += wrong[k * 2 + ip];
+      if (ip == 0) last_busbw = algbw * factor;
+    }
+    printf("\n");
+  }
+  double mbw = memcpy_bandwidth(o.max_bytes);
+  printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+  printf("# memcpy bandwidth (%zu B, one thread): %.2f GB/s\n", o.max_bytes, mbw);
+  printf("# busbw at %zu B: %.2f GB/s = %.0f%% of memcpy\n", o.max_bytes, last_busbw, 100 * last_busbw / mbw);
+  free(times);
+  free(wrong);
+  free(peers);
+  free(threads);
+  return failed || total_wrong ? 1 : 0;
+}

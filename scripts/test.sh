@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# test.sh — every test from a fresh clone: the GoogleTest suite and the example,
+# in a release build, under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# under ThreadSanitizer.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/scripts/setup.sh"
+jobs="${RUCCL_TEST_JOBS:-2}"
+
+run_suite() { # name build-dir cmake-args...
+  local name="$1" dir="$2"
+  shift 2
+  echo "=== $name ==="
+  "$root/scripts/build.sh" "$dir" "$@"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs")
+}
+
+run_suite release "$root/build" -DCMAKE_BUILD_TYPE=Release
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_suite asan+ubsan "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_ASAN=ON
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  run_suite tsan "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_TSAN=ON
