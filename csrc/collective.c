@@ -412,12 +412,15 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   void *src = NULL, *dst = NULL;
   ruccl_result_t rc = RUCCL_OK;
   if (in) rc = stage_in(c, in, 1, 1, &src);
+  int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
   if (rc == RUCCL_OK && p->writes_out) {
-    if (in && in->data == out->data) dst = src;
+    if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
     else rc = stage_in(c, out, 2, 0, &dst);
   }
-  a->src = src;
-  a->dst = dst;
+  /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
+  static char empty[16];
+  a->src = src ? src : empty;
+  a->dst = dst ? dst : (p->writes_out ? empty : NULL);
   p->dst = dst;
   return rc;
 }
