@@ -1,0 +1,79 @@
+/* bootstrap.c — a node joins its group through the orchestrator and learns every
+   other node's data address. */
+#include "bootstrap.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../error.h"
+#include "../transport.h"
+#include "wire.h"
+
+static uint32_t min_id(const ruccl_join_t *j) {
+  uint32_t m = j->peer_ids[0];
+  for (uint32_t i = 1; i < j->num_local; i++)
+    if (j->peer_ids[i] < m) m = j->peer_ids[i];
+  return m;
+}
+
+static int by_min_id(const void *a, const void *b) {
+  uint32_t x = min_id(a), y = min_id(b);
+  return x < y ? -1 : x > y;
+}
+
+ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, size_t secret_len,
+                                    const ruccl_join_t *me, int64_t deadline_ns, int *fd_out, ruccl_table_t *table) {
+  char host[RUCCL_MAX_ADDRESS];
+  int port, fd = -1;
+  ruccl_result_t rc = ruccl_split_host_port(host_port, host, sizeof host, &port);
+  if (rc == RUCCL_OK) rc = ruccl_tcp_connect(host, port, deadline_ns, &fd);
+  if (rc == RUCCL_ERR_TIMEOUT) rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "the orchestrator at %s is unreachable", host_port);
+  if (rc != RUCCL_OK) return rc;
+  rc = ruccl_auth_client(fd, secret, secret_len, deadline_ns);
+  size_t len = 0;
+  unsigned char *wire = rc == RUCCL_OK ? ruccl_join_encode(me, &len) : NULL;
+  if (rc == RUCCL_OK && !wire) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
+  if (rc == RUCCL_OK) rc = ruccl_frame_send(fd, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
+  free(wire);
+  unsigned char *buf = rc == RUCCL_OK ? malloc(RUCCL_WIRE_MAX_CONTROL) : NULL;
+  if (rc == RUCCL_OK && !buf) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "TABLE buffer");
+  if (rc == RUCCL_OK) {
+    uint16_t type = 0;
+    uint32_t n = 0;
+    rc = ruccl_frame_recv(fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &n, deadline_ns);
+    if (rc == RUCCL_ERR_TIMEOUT)
+      rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "not every node of group '%s' joined before the timeout", me->group);
+    if (rc == RUCCL_OK && type == RUCCL_FRAME_ERROR && n == sizeof(ruccl_error_wire_t)) {
+      ruccl_error_wire_t e;
+      memcpy(&e, buf, sizeof e);
+      e.message[sizeof e.message - 1] = 0;
+      uint32_t code = ntohl(e.code);
+      if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PROTOCOL;
+      rc = ruccl_fail((ruccl_result_t)code, "orchestrator: %s", e.message);
+    } else if (rc == RUCCL_OK && type == RUCCL_FRAME_TABLE) {
+      rc = ruccl_table_decode(buf, n, table);
+    } else if (rc == RUCCL_OK) {
+      rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator answered with frame type %u", type);
+    }
+  }
+  free(buf);
+  if (rc == RUCCL_OK && table->num_nodes != me->num_nodes) {
+    ruccl_table_free(table);
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator listed %u nodes, %u expected", table->num_nodes, me->num_nodes);
+  }
+  if (rc != RUCCL_OK) {
+    close(fd);
+    return rc;
+  }
+  qsort(table->nodes, table->num_nodes, sizeof *table->nodes, by_min_id);
+  *fd_out = fd;
+  return RUCCL_OK;
+}
+
+void ruccl_bootstrap_leave(int fd) {
+  if (fd < 0) return;
+  ruccl_frame_send(fd, RUCCL_FRAME_LEAVE, NULL, 0, ruccl_now_ns() + 1000000000);
+  close(fd);
+}

@@ -1,0 +1,131 @@
+/* bootstrap_wire.c — encoding and validating the orchestrator's messages. */
+#include "bootstrap_wire.h"
+
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../error.h"
+
+typedef struct {
+  unsigned char *p;
+  size_t len, cap;
+  int bad;
+} writer_t;
+
+typedef struct {
+  const unsigned char *p;
+  size_t len, off;
+  int bad;
+} reader_t;
+
+static void put(writer_t *w, const void *src, size_t n) {
+  if (w->bad || w->len + n > w->cap) {
+    w->bad = 1;
+    return;
+  }
+  memcpy(w->p + w->len, src, n);
+  w->len += n;
+}
+
+static void put_u32(writer_t *w, uint32_t v) {
+  v = htonl(v);
+  put(w, &v, 4);
+}
+
+static void get(reader_t *r, void *dst, size_t n) {
+  if (r->bad || r->off + n > r->len) {
+    r->bad = 1;
+    memset(dst, 0, n);
+    return;
+  }
+  memcpy(dst, r->p + r->off, n);
+  r->off += n;
+}
+
+static uint32_t get_u32(reader_t *r) {
+  uint32_t v;
+  get(r, &v, 4);
+  return ntohl(v);
+}
+
+static size_t join_size(const ruccl_join_t *j) {
+  return RUCCL_MAX_GROUP_NAME + 4 + RUCCL_DIGEST_BYTES + RUCCL_MAX_ADDRESS + 4 + 4 + 4 * (size_t)j->num_local;
+}
+
+static void put_join(writer_t *w, const ruccl_join_t *j) {
+  put(w, j->group, RUCCL_MAX_GROUP_NAME);
+  put_u32(w, j->num_nodes);
+  put(w, j->digest, RUCCL_DIGEST_BYTES);
+  put(w, j->address, RUCCL_MAX_ADDRESS);
+  put_u32(w, j->data_port);
+  put_u32(w, j->num_local);
+  for (uint32_t i = 0; i < j->num_local; i++) put_u32(w, j->peer_ids[i]);
+}
+
+static void get_join(reader_t *r, ruccl_join_t *j) {
+  get(r, j->group, RUCCL_MAX_GROUP_NAME);
+  j->num_nodes = get_u32(r);
+  get(r, j->digest, RUCCL_DIGEST_BYTES);
+  get(r, j->address, RUCCL_MAX_ADDRESS);
+  j->data_port = get_u32(r);
+  j->num_local = get_u32(r);
+  if (j->num_local == 0 || j->num_local > RUCCL_WIRE_MAX_LOCAL) {
+    r->bad = 1;
+    return;
+  }
+  for (uint32_t i = 0; i < j->num_local; i++) j->peer_ids[i] = get_u32(r);
+  if (memchr(j->group, 0, sizeof j->group) == NULL || memchr(j->address, 0, sizeof j->address) == NULL ||
+      j->group[0] == 0 || j->address[0] == 0 || j->data_port == 0 || j->data_port > 65535 || j->num_nodes == 0 ||
+      j->num_nodes > RUCCL_WIRE_MAX_NODES)
+    r->bad = 1;
+}
+
+unsigned char *ruccl_join_encode(const ruccl_join_t *j, size_t *len) {
+  writer_t w = {.cap = join_size(j)};
+  w.p = malloc(w.cap);
+  if (!w.p) return NULL;
+  put_join(&w, j);
+  *len = w.len;
+  return w.p;
+}
+
+ruccl_result_t ruccl_join_decode(const unsigned char *buf, size_t len, ruccl_join_t *j) {
+  reader_t r = {.p = buf, .len = len};
+  get_join(&r, j);
+  if (r.bad || r.off != len) return ruccl_fail(RUCCL_ERR_PROTOCOL, "malformed JOIN of %zu bytes", len);
+  return RUCCL_OK;
+}
+
+unsigned char *ruccl_table_encode(const ruccl_table_t *t, size_t *len) {
+  writer_t w = {.cap = 4};
+  for (uint32_t i = 0; i < t->num_nodes; i++) w.cap += join_size(&t->nodes[i]);
+  w.p = malloc(w.cap);
+  if (!w.p) return NULL;
+  put_u32(&w, t->num_nodes);
+  for (uint32_t i = 0; i < t->num_nodes; i++) put_join(&w, &t->nodes[i]);
+  *len = w.len;
+  return w.p;
+}
+
+ruccl_result_t ruccl_table_decode(const unsigned char *buf, size_t len, ruccl_table_t *t) {
+  reader_t r = {.p = buf, .len = len};
+  t->num_nodes = get_u32(&r);
+  t->nodes = NULL;
+  if (r.bad || t->num_nodes == 0 || t->num_nodes > RUCCL_WIRE_MAX_NODES)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "malformed TABLE header");
+  t->nodes = calloc(t->num_nodes, sizeof *t->nodes);
+  if (!t->nodes) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "table of %u nodes", t->num_nodes);
+  for (uint32_t i = 0; i < t->num_nodes && !r.bad; i++) get_join(&r, &t->nodes[i]);
+  if (r.bad || r.off != len) {
+    ruccl_table_free(t);
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "malformed TABLE of %zu bytes", len);
+  }
+  return RUCCL_OK;
+}
+
+void ruccl_table_free(ruccl_table_t *t) {
+  free(t->nodes);
+  t->nodes = NULL;
+  t->num_nodes = 0;
+}

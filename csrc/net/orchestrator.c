@@ -1,0 +1,315 @@
+/* orchestrator.c — the multi-node rendezvous server.
+ *
+ * Each connection must first pass the HMAC challenge-response; then it sends one
+ * JOIN (group name, node count, config digest, its data address, its peer ids).
+ * When num_nodes nodes of a group have joined, every one of them receives the
+ * TABLE of all nodes' data addresses and peer ids; the data plane then runs
+ * directly between the nodes.  A node's connection stays open for the session; when
+ * every node has left (LEAVE or closed), the group's session is over and the name
+ * can start a new one.  Strangers, wrong secrets and malformed frames are dropped
+ * without touching any session.  One thread per connection: sessions are few and
+ * short-lived, and a blocked stranger cannot stall anyone else. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../error.h"
+#include "../transport.h"
+#include "bootstrap_wire.h"
+#include "wire.h"
+
+#define HANDSHAKE_TIMEOUT_NS (10LL * 1000000000)
+#define SESSION_IDLE_NS (24LL * 3600 * 1000000000) /* a joined node may wait this long */
+
+typedef struct conn conn_t;
+typedef struct session session_t;
+
+struct conn {
+  int fd;
+  ruccl_orchestrator_t *orch;
+  conn_t *next; /* all connections */
+  session_t *session;
+  conn_t *next_in_session;
+  ruccl_join_t join;
+  pthread_t thread;
+};
+
+struct session {
+  char group[RUCCL_MAX_GROUP_NAME];
+  uint32_t num_nodes;
+  unsigned char digest[RUCCL_DIGEST_BYTES];
+  unsigned joined;
+  int started; /* the table went out */
+  conn_t *nodes;
+  session_t *next;
+};
+
+struct ruccl_orchestrator {
+  int listen_fd;
+  int port;
+  int wake[2]; /* a byte here stops the accept loop */
+  unsigned char secret[RUCCL_MAX_SECRET];
+  size_t secret_len;
+  pthread_t acceptor;
+  pthread_mutex_t mu;
+  pthread_cond_t idle;
+  int stopping;
+  unsigned live; /* connection threads running */
+  conn_t *conns;
+  session_t *sessions;
+};
+
+/* ---- sessions (orchestrator lock held) ---------------------------------------------- */
+
+static session_t *find_session(ruccl_orchestrator_t *o, const char *group) {
+  for (session_t *s = o->sessions; s; s = s->next)
+    if (strcmp(s->group, group) == 0) return s;
+  return NULL;
+}
+
+static void drop_session(ruccl_orchestrator_t *o, session_t *s) {
+  for (session_t **p = &o->sessions; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      break;
+    }
+  for (conn_t *c = s->nodes; c; c = c->next_in_session) c->session = NULL;
+  free(s);
+}
+
+static void leave_session(ruccl_orchestrator_t *o, conn_t *c) {
+  session_t *s = c->session;
+  if (!s) return;
+  for (conn_t **p = &s->nodes; *p; p = &(*p)->next_in_session)
+    if (*p == c) {
+      *p = c->next_in_session;
+      break;
+    }
+  c->session = NULL;
+  s->joined--;
+  if (s->joined == 0) drop_session(o, s);
+}
+
+static void send_error_frame(int fd, ruccl_result_t code, const char *msg) {
+  ruccl_error_wire_t e;
+  memset(&e, 0, sizeof e);
+  e.code = htonl((uint32_t)code);
+  snprintf(e.message, sizeof e.message, "%s", msg);
+  ruccl_frame_send(fd, RUCCL_FRAME_ERROR, &e, sizeof e, ruccl_now_ns() + 1000000000);
+}
+
+/* Fails every pending node of s and forgets the session. */
+static void fail_session(ruccl_orchestrator_t *o, session_t *s, ruccl_result_t code, const char *msg) {
+  for (conn_t *c = s->nodes; c; c = c->next_in_session) {
+    send_error_frame(c->fd, code, msg);
+    shutdown(c->fd, SHUT_RDWR);
+  }
+  drop_session(o, s);
+}
+
+static void start_session(session_t *s) {
+  ruccl_table_t table = {.num_nodes = s->joined, .nodes = calloc(s->joined, sizeof(ruccl_join_t))};
+  unsigned k = 0;
+  for (conn_t *c = s->nodes; c && table.nodes; c = c->next_in_session) table.nodes[k++] = c->join;
+  size_t len = 0;
+  unsigned char *wire = table.nodes ? ruccl_table_encode(&table, &len) : NULL;
+  ruccl_table_free(&table);
+  for (conn_t *c = s->nodes; c; c = c->next_in_session)
+    if (!wire || ruccl_frame_send(c->fd, RUCCL_FRAME_TABLE, wire, (uint32_t)len, ruccl_now_ns() + 5000000000LL) !=
+                     RUCCL_OK)
+      shutdown(c->fd, SHUT_RDWR);
+  free(wire);
+  s->started = 1;
+}
+
+/* A node's JOIN: returns RUCCL_OK when it was added (the table may have gone out). */
+static ruccl_result_t admit(ruccl_orchestrator_t *o, conn_t *c, char *why, size_t cap) {
+  const ruccl_join_t *j = &c->join;
+  session_t *s = find_session(o, j->group);
+  if (s && s->started) {
+    snprintf(why, cap, "group '%s' already has a running session of %u nodes", j->group, s->num_nodes);
+    return RUCCL_ERR_DUPLICATE_REGISTRATION;
+  }
+  if (s && (s->num_nodes != j->num_nodes || memcmp(s->digest, j->digest, sizeof s->digest) != 0)) {
+    snprintf(why, cap, "node %s:%u joined group '%s' with a configuration that differs from the others'",
+             j->address, j->data_port, j->group);
+    fail_session(o, s, RUCCL_ERR_CONFIG_MISMATCH, why);
+    return RUCCL_ERR_CONFIG_MISMATCH;
+  }
+  if (s) {
+    for (conn_t *other = s->nodes; other; other = other->next_in_session)
+      for (uint32_t a = 0; a < other->join.num_local; a++)
+        for (uint32_t b = 0; b < j->num_local; b++)
+          if (other->join.peer_ids[a] == j->peer_ids[b]) {
+            snprintf(why, cap, "peer id %u is registered on two nodes of group '%s'", j->peer_ids[b], j->group);
+            return RUCCL_ERR_DUPLICATE_REGISTRATION;
+          }
+  } else {
+    s = calloc(1, sizeof *s);
+    if (!s) return snprintf(why, cap, "out of memory"), RUCCL_ERR_NO_MEMORY;
+    snprintf(s->group, sizeof s->group, "%s", j->group);
+    s->num_nodes = j->num_nodes;
+    memcpy(s->digest, j->digest, sizeof s->digest);
+    s->next = o->sessions;
+    o->sessions = s;
+  }
+  /* keep join order: nodes are listed in the order they arrived, sorted later */
+  conn_t **tail = &s->nodes;
+  while (*tail) tail = &(*tail)->next_in_session;
+  *tail = c;
+  c->next_in_session = NULL;
+  c->session = s;
+  s->joined++;
+  if (s->joined == s->num_nodes) start_session(s);
+  return RUCCL_OK;
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void *serve(void *arg) {
+  conn_t *c = arg;
+  ruccl_orchestrator_t *o = c->orch;
+  ruccl_result_t rc = ruccl_auth_server(c->fd, o->secret, o->secret_len, ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS);
+  unsigned char *buf = NULL;
+  if (rc == RUCCL_OK) {
+    buf = malloc(RUCCL_WIRE_MAX_CONTROL);
+    uint16_t type = 0;
+    uint32_t len = 0;
+    rc = buf ? ruccl_frame_recv(c->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len, ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS)
+             : RUCCL_ERR_NO_MEMORY;
+    if (rc == RUCCL_OK && (type != RUCCL_FRAME_JOIN || ruccl_join_decode(buf, len, &c->join) != RUCCL_OK))
+      rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator: the first frame after authentication is not a valid JOIN");
+  }
+  if (rc == RUCCL_OK) {
+    char why[256];
+    pthread_mutex_lock(&o->mu);
+    rc = o->stopping ? RUCCL_ERR_IO : admit(o, c, why, sizeof why);
+    pthread_mutex_unlock(&o->mu);
+    if (rc != RUCCL_OK) send_error_frame(c->fd, rc, why);
+  }
+  if (rc == RUCCL_OK) {
+    /* The session runs; we only wait for this node to leave (LEAVE, close, or stop). */
+    uint16_t type = 0;
+    uint32_t len = 0;
+    while (ruccl_frame_recv(c->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len, ruccl_now_ns() + SESSION_IDLE_NS) ==
+               RUCCL_OK &&
+           type != RUCCL_FRAME_LEAVE) {
+    }
+  }
+  free(buf);
+  pthread_mutex_lock(&o->mu);
+  leave_session(o, c);
+  for (conn_t **p = &o->conns; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
+  close(c->fd);
+  free(c);
+  o->live--;
+  pthread_cond_broadcast(&o->idle);
+  pthread_mutex_unlock(&o->mu);
+  return NULL;
+}
+
+static void *accept_loop(void *arg) {
+  ruccl_orchestrator_t *o = arg;
+  for (;;) {
+    struct pollfd p[2] = {{.fd = o->listen_fd, .events = POLLIN}, {.fd = o->wake[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) continue;
+    if (p[1].revents) return NULL;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = accept4(o->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    c->orch = o;
+    pthread_mutex_lock(&o->mu);
+    c->next = o->conns;
+    o->conns = c;
+    o->live++;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&c->thread, &attr, serve, c) != 0) {
+      o->conns = c->next;
+      o->live--;
+      close(fd);
+      free(c);
+    }
+    pthread_attr_destroy(&attr);
+    pthread_mutex_unlock(&o->mu);
+  }
+}
+
+ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port, const void *secret, size_t secret_len,
+                                        ruccl_orchestrator_t **out) {
+  if (!listen_host_port || !out) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "listen address or out is NULL");
+  *out = NULL;
+  if (secret_len > RUCCL_MAX_SECRET || (secret_len && !secret))
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "secret must be at most %d bytes", RUCCL_MAX_SECRET);
+  char host[RUCCL_MAX_ADDRESS];
+  int port;
+  ruccl_result_t rc = ruccl_split_host_port(listen_host_port, host, sizeof host, &port);
+  if (rc != RUCCL_OK) return rc;
+  ruccl_orchestrator_t *o = calloc(1, sizeof *o);
+  if (!o) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator");
+  rc = ruccl_tcp_listen(host, port, &o->listen_fd, &o->port);
+  if (rc != RUCCL_OK) {
+    free(o);
+    return rc;
+  }
+  if (pipe2(o->wake, O_CLOEXEC) != 0) {
+    close(o->listen_fd);
+    free(o);
+    return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
+  }
+  memcpy(o->secret, secret, secret_len);
+  o->secret_len = secret_len;
+  pthread_mutex_init(&o->mu, NULL);
+  pthread_cond_init(&o->idle, NULL);
+  if (pthread_create(&o->acceptor, NULL, accept_loop, o) != 0) {
+    close(o->listen_fd);
+    close(o->wake[0]);
+    close(o->wake[1]);
+    free(o);
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator thread");
+  }
+  ruccl_log(2, "orchestrator listening on %s:%d", host, o->port);
+  *out = o;
+  return RUCCL_OK;
+}
+
+int ruccl_orchestrator_port(const ruccl_orchestrator_t *o) { return o ? o->port : -1; }
+
+ruccl_result_t ruccl_orchestrator_stop(ruccl_orchestrator_t *o) {
+  if (!o) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "orchestrator is NULL");
+  char byte = 1;
+  if (write(o->wake[1], &byte, 1) != 1) { /* the pipe cannot be full: one byte, once */
+  }
+  pthread_join(o->acceptor, NULL);
+  pthread_mutex_lock(&o->mu);
+  o->stopping = 1;
+  for (conn_t *c = o->conns; c; c = c->next) shutdown(c->fd, SHUT_RDWR);
+  while (o->live) pthread_cond_wait(&o->idle, &o->mu);
+  while (o->sessions) drop_session(o, o->sessions);
+  pthread_mutex_unlock(&o->mu);
+  close(o->listen_fd);
+  close(o->wake[0]);
+  close(o->wake[1]);
+  pthread_mutex_destroy(&o->mu);
+  pthread_cond_destroy(&o->idle);
+  free(o);
+  return RUCCL_OK;
+}

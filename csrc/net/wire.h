@@ -1,0 +1,59 @@
+/* wire.h — what crosses a socket: TCP helpers with deadlines, length-bounded
+   frames, and the mutual HMAC challenge-response every connection starts with. */
+#ifndef RUCCL_WIRE_H
+#define RUCCL_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ruccl.h"
+
+#define RUCCL_WIRE_MAGIC 0x52554343u /* "RUCC" */
+#define RUCCL_WIRE_MAX_CONTROL (64 * 1024) /* the largest control frame anyone accepts */
+
+typedef enum {
+  RUCCL_FRAME_HELLO = 1,    /* server -> client: nonce */
+  RUCCL_FRAME_AUTH = 2,     /* client -> server: nonce, proof */
+  RUCCL_FRAME_AUTH_OK = 3,  /* server -> client: proof */
+  RUCCL_FRAME_AUTH_FAIL = 4,
+  RUCCL_FRAME_JOIN = 10,    /* node -> orchestrator */
+  RUCCL_FRAME_TABLE = 11,   /* orchestrator -> node: every node's data address */
+  RUCCL_FRAME_ERROR = 12,   /* orchestrator -> node: code, message */
+  RUCCL_FRAME_LEAVE = 13,   /* node -> orchestrator: the session is over here */
+} ruccl_frame_type_t;
+
+typedef struct {
+  uint32_t magic;
+  uint16_t type;
+  uint16_t flags;
+  uint32_t length; /* payload bytes after this header */
+} ruccl_frame_header_t;
+
+/* "host:port" -> host and port; RUCCL_ERR_INVALID_ARGUMENT when malformed. */
+ruccl_result_t ruccl_split_host_port(const char *host_port, char *host, size_t host_cap, int *port);
+
+/* Binds and listens; port 0 takes any free port.  RUCCL_ERR_IO (with the reason)
+   when the address is in use or cannot be bound. */
+ruccl_result_t ruccl_tcp_listen(const char *host, int port, int *fd, int *bound_port);
+/* Connects, retrying refused connections until the deadline (RUCCL_ERR_TIMEOUT). */
+ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns, int *fd);
+/* Accepts one connection, or RUCCL_ERR_TIMEOUT at the deadline. */
+ruccl_result_t ruccl_tcp_accept(int listen_fd, int64_t deadline_ns, int *fd);
+
+/* Whole-buffer I/O; RUCCL_ERR_PEER_LOST when the other side closes or resets,
+   RUCCL_ERR_TIMEOUT at the deadline. */
+ruccl_result_t ruccl_write_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
+ruccl_result_t ruccl_read_all(int fd, void *buf, size_t len, int64_t deadline_ns);
+
+ruccl_result_t ruccl_frame_send(int fd, uint16_t type, const void *payload, uint32_t len, int64_t deadline_ns);
+/* Reads one frame whose payload fits in cap (else RUCCL_ERR_PROTOCOL, nothing
+   allocated); bad magic is RUCCL_ERR_PROTOCOL too. */
+ruccl_result_t ruccl_frame_recv(int fd, uint16_t *type, void *payload, uint32_t cap, uint32_t *len,
+                                int64_t deadline_ns);
+
+/* Mutual challenge-response with HMAC-SHA256 over fresh nonces: each side proves it
+   knows the secret without sending it.  RUCCL_ERR_AUTH on a wrong proof. */
+ruccl_result_t ruccl_auth_server(int fd, const void *secret, size_t secret_len, int64_t deadline_ns);
+ruccl_result_t ruccl_auth_client(int fd, const void *secret, size_t secret_len, int64_t deadline_ns);
+
+#endif

@@ -1,0 +1,230 @@
+// test_orchestrator.cc — the multi-node rendezvous server over real sockets on
+// 127.0.0.1: start/port/stop, a port in use, authentication, garbage and oversized
+// frames, and sessions (table, duplicate ids, configuration mismatch, a new
+// session after the old one left, an unreachable orchestrator).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "net/bootstrap.h"
+#include "net/wire.h"
+#include "ruccl.h"
+#include "transport.h"
+}
+
+namespace {
+
+const char kSecret[] = "orchestrator-test-secret";
+
+struct Orchestrator {
+  ruccl_orchestrator_t *o = nullptr;
+  explicit Orchestrator(const char *secret = kSecret) {
+    EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_start("127.0.0.1:0", secret, strlen(secret), &o)) << ruccl_last_error();
+  }
+  ~Orchestrator() {
+    if (o) EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_stop(o));
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(ruccl_orchestrator_port(o)); }
+};
+
+int64_t in_ms(int64_t ms) { return ruccl_now_ns() + ms * 1000000; }
+
+ruccl_join_t make_join(const char *group, uint32_t num_nodes, std::vector<uint32_t> ids, uint32_t port,
+                       unsigned char digest_byte = 7) {
+  ruccl_join_t j;
+  memset(&j, 0, sizeof j);
+  snprintf(j.group, sizeof j.group, "%s", group);
+  j.num_nodes = num_nodes;
+  memset(j.digest, digest_byte, sizeof j.digest);
+  snprintf(j.address, sizeof j.address, "127.0.0.1");
+  j.data_port = port;
+  j.num_local = (uint32_t)ids.size();
+  for (size_t i = 0; i < ids.size(); i++) j.peer_ids[i] = ids[i];
+  return j;
+}
+
+struct JoinResult {
+  ruccl_result_t rc = RUCCL_ERR_PROTOCOL;
+  int fd = -1;
+  ruccl_table_t table{};
+  std::string error;
+};
+
+JoinResult join(const std::string &addr, const ruccl_join_t &j, const char *secret = kSecret, int64_t ms = 5000) {
+  JoinResult r;
+  r.rc = ruccl_bootstrap_join(addr.c_str(), secret, strlen(secret), &j, in_ms(ms), &r.fd, &r.table);
+  r.error = ruccl_last_error();
+  return r;
+}
+
+int raw_connect(int port) {
+  int fd = -1;
+  EXPECT_EQ(RUCCL_OK, ruccl_tcp_connect("127.0.0.1", port, in_ms(2000), &fd));
+  return fd;
+}
+
+// A full, successful two-node session: the orchestrator is still healthy.
+void expect_two_node_session(const Orchestrator &orch, const char *group) {
+  JoinResult a, b;
+  std::thread ta([&] { a = join(orch.address(), make_join(group, 2, {5, 1}, 1111)); });
+  std::thread tb([&] { b = join(orch.address(), make_join(group, 2, {0, 9}, 2222)); });
+  ta.join();
+  tb.join();
+  ASSERT_EQ(RUCCL_OK, a.rc) << a.error;
+  ASSERT_EQ(RUCCL_OK, b.rc) << b.error;
+  for (JoinResult *r : {&a, &b}) {
+    ASSERT_EQ(2u, r->table.num_nodes);
+    // sorted by smallest peer id: node {0, 9} first
+    EXPECT_EQ(2222u, r->table.nodes[0].data_port);
+    EXPECT_EQ(1111u, r->table.nodes[1].data_port);
+    EXPECT_EQ(2u, r->table.nodes[1].num_local);
+    EXPECT_EQ(5u, r->table.nodes[1].peer_ids[0]);
+    ruccl_table_free(&r->table);
+    ruccl_bootstrap_leave(r->fd);
+  }
+}
+
+TEST(Orchestrator, StartsOnAnyPortAndStops) {
+  Orchestrator orch;
+  ASSERT_NE(nullptr, orch.o);
+  EXPECT_GT(ruccl_orchestrator_port(orch.o), 0);
+}
+
+TEST(Orchestrator, BadArguments) {
+  ruccl_orchestrator_t *o = nullptr;
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_orchestrator_start(nullptr, "", 0, &o));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_orchestrator_start("127.0.0.1:0", "", 0, nullptr));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_orchestrator_start("no-port", "", 0, &o));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_orchestrator_start("127.0.0.1:99999", "", 0, &o));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_orchestrator_stop(nullptr));
+  EXPECT_EQ(-1, ruccl_orchestrator_port(nullptr));
+}
+
+TEST(Orchestrator, PortInUseIsAnIoError) {
+  Orchestrator first;
+  std::string addr = first.address();
+  ruccl_orchestrator_t *second = nullptr;
+  EXPECT_EQ(RUCCL_ERR_IO, ruccl_orchestrator_start(addr.c_str(), kSecret, strlen(kSecret), &second));
+  EXPECT_EQ(nullptr, second);
+  EXPECT_NE(nullptr, strstr(ruccl_last_error(), "Address already in use")) << ruccl_last_error();
+}
+
+TEST(Orchestrator, SessionGivesEveryNodeTheTableAndCanStartAgain) {
+  Orchestrator orch;
+  expect_two_node_session(orch, "again");
+  expect_two_node_session(orch, "again");  // the first session left: the name is free
+}
+
+TEST(Orchestrator, WrongSecretIsRefusedAndTheSessionGoesOn) {
+  Orchestrator orch;
+  JoinResult bad = join(orch.address(), make_join("auth", 2, {0}, 1000), "not-the-secret");
+  EXPECT_EQ(RUCCL_ERR_AUTH, bad.rc) << bad.error;
+  expect_two_node_session(orch, "auth");
+}
+
+TEST(Orchestrator, ClientDetectsAnImpostorServer) {
+  Orchestrator impostor("some-other-secret");
+  JoinResult r = join(impostor.address(), make_join("impostor", 1, {0}, 1000));
+  EXPECT_EQ(RUCCL_ERR_AUTH, r.rc) << r.error;
+}
+
+TEST(Orchestrator, GarbageTruncatedAndOversizedFramesAreDropped) {
+  Orchestrator orch;
+  int port = ruccl_orchestrator_port(orch.o);
+  {  // plain garbage instead of an authentication frame
+    int fd = raw_connect(port);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, junk, sizeof junk, in_ms(1000)));
+    char buf[256];
+    uint16_t type;
+    uint32_t len;
+    ruccl_frame_recv(fd, &type, buf, sizeof buf, &len, in_ms(2000));  // the HELLO
+    // the server closes on the bad frame: reading reaches the end
+    EXPECT_EQ(RUCCL_ERR_PEER_LOST, ruccl_read_all(fd, buf, 1, in_ms(3000)));
+    close(fd);
+  }
+  {  // a header announcing a 3 GB payload: refused without allocating it
+    int fd = raw_connect(port);
+    ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(3000000000u)};
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, &h, sizeof h, in_ms(1000)));
+    char buf[256];
+    uint16_t type;
+    uint32_t len;
+    ruccl_frame_recv(fd, &type, buf, sizeof buf, &len, in_ms(2000));
+    EXPECT_EQ(RUCCL_ERR_PEER_LOST, ruccl_read_all(fd, buf, 1, in_ms(3000)));
+    close(fd);
+  }
+  {  // a truncated header, then the connection closes
+    int fd = raw_connect(port);
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, "RU", 2, in_ms(1000)));
+    close(fd);
+  }
+  {  // authenticated, then a malformed JOIN
+    int fd = raw_connect(port);
+    ASSERT_EQ(RUCCL_OK, ruccl_auth_client(fd, kSecret, strlen(kSecret), in_ms(2000)));
+    unsigned char bogus[40] = {1, 2, 3};
+    ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_JOIN, bogus, sizeof bogus, in_ms(1000)));
+    char buf[16];
+    EXPECT_EQ(RUCCL_ERR_PEER_LOST, ruccl_read_all(fd, buf, 1, in_ms(3000)));
+    close(fd);
+  }
+  expect_two_node_session(orch, "after-garbage");
+}
+
+TEST(Orchestrator, DuplicatePeerIdAcrossNodesIsRefused) {
+  Orchestrator orch;
+  JoinResult first, dup;
+  std::thread t1([&] { first = join(orch.address(), make_join("dup", 2, {0, 1}, 1000), kSecret, 1500); });
+  usleep(200 * 1000);
+  dup = join(orch.address(), make_join("dup", 2, {1, 2}, 2000));
+  EXPECT_EQ(RUCCL_ERR_DUPLICATE_REGISTRATION, dup.rc) << dup.error;
+  // the first node is still waiting for a proper second node
+  JoinResult second = join(orch.address(), make_join("dup", 2, {2, 3}, 3000));
+  t1.join();
+  ASSERT_EQ(RUCCL_OK, first.rc) << first.error;
+  ASSERT_EQ(RUCCL_OK, second.rc) << second.error;
+  for (JoinResult *r : {&first, &second}) {
+    ruccl_table_free(&r->table);
+    ruccl_bootstrap_leave(r->fd);
+  }
+}
+
+TEST(Orchestrator, ConfigurationMismatchFailsEveryWaitingNode) {
+  Orchestrator orch;
+  JoinResult a, b;
+  std::thread ta([&] { a = join(orch.address(), make_join("mismatch", 3, {0}, 1000, 1)); });
+  usleep(200 * 1000);
+  b = join(orch.address(), make_join("mismatch", 3, {1}, 2000, 2));
+  ta.join();
+  EXPECT_EQ(RUCCL_ERR_CONFIG_MISMATCH, a.rc) << a.error;
+  EXPECT_EQ(RUCCL_ERR_CONFIG_MISMATCH, b.rc) << b.error;
+}
+
+TEST(Orchestrator, MissingNodesTimeOut) {
+  Orchestrator orch;
+  int64_t t0 = ruccl_now_ns();
+  JoinResult r = join(orch.address(), make_join("alone", 2, {0}, 1000), kSecret, 300);
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, r.rc) << r.error;
+  EXPECT_LT(ruccl_now_ns() - t0, 3000LL * 1000000);
+}
+
+TEST(Orchestrator, UnreachableOrchestratorTimesOut) {
+  int port;
+  {
+    Orchestrator gone;  // find a port that was free, then free it again
+    port = ruccl_orchestrator_port(gone.o);
+  }
+  int64_t t0 = ruccl_now_ns();
+  JoinResult r = join("127.0.0.1:" + std::to_string(port), make_join("nobody", 2, {0}, 1000), kSecret, 300);
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, r.rc) << r.error;
+  EXPECT_LT(ruccl_now_ns() - t0, 3000LL * 1000000);
+}
+
+}  // namespace
