@@ -18,6 +18,8 @@
 #include "algorithms/algorithms.h"
 #include "dtype.h"
 #include "error.h"
+#include "hierarchy.h"
+#include "net/transport_tcp.h"
 #include "rank.h"
 #include "tensor_device.h"
 
@@ -120,9 +122,11 @@ static ruccl_result_t check_pair(const ruccl_tensor_t *in, const ruccl_tensor_t 
   return RUCCL_OK;
 }
 
+/* The global index of a peer id, or -1 when it is no participant. */
 static int index_of_peer(const ruccl_comm_t *c, uint32_t id) {
-  for (unsigned i = 0; i < c->group->n; i++)
-    if (c->peer_ids[i] == id) return (int)i;
+  const ruccl_group_t *g = c->group;
+  for (unsigned i = 0; i < g->n_total; i++)
+    if (g->all_ids[i] == id) return (int)i;
   return -1;
 }
 
@@ -133,7 +137,7 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
   d->kind = (int32_t)r->kind;
   d->op = (int32_t)r->op;
   d->root_id = r->root_peer;
-  unsigned n = c->group->n;
+  unsigned n = c->group->n_total;
   const ruccl_tensor_t *shape_from = NULL;
   ruccl_result_t rc = RUCCL_OK;
   char *detail = d->detail;
@@ -201,8 +205,8 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
 /* ---- agreement ------------------------------------------------------------------- */
 
 static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
-  unsigned n = c->group->n;
-  const uint32_t *ids = c->peer_ids;
+  unsigned n = c->group->n_total;
+  const uint32_t *ids = c->group->all_ids;
   const coll_desc_t *a = &all[0];
   const char *kind = ruccl_coll_kind_name((ruccl_coll_kind_t)a->kind);
   for (unsigned i = 0; i < n; i++)
@@ -263,30 +267,53 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
 /* Returns the verdict's code (and sets the thread's last error from its message),
    or the transport's error if the agreement itself could not complete (then
    *transport_failed is set). */
-static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *team, const coll_desc_t *mine,
-                            unsigned *sender_pos, int *transport_failed) {
+static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                            const coll_desc_t *mine, unsigned *sender_pos, int *transport_failed) {
   *transport_failed = 1;
+  const ruccl_group_t *g = c->group;
   coll_verdict_t v;
   memset(&v, 0, sizeof v);
-  unsigned n = team->n;
+  unsigned n_local = local->n;
   ruccl_result_t rc;
-  if (team->me != 0) {
-    rc = ruccl_team_send(team, 0, mine, sizeof *mine);
-    if (rc == RUCCL_OK) rc = ruccl_team_recv(team, 0, &v, sizeof v);
+  if (local->me != 0) {
+    rc = ruccl_team_send(local, 0, mine, sizeof *mine);
+    if (rc == RUCCL_OK) rc = ruccl_team_recv(local, 0, &v, sizeof v);
     if (rc != RUCCL_OK) return rc;
   } else {
-    coll_desc_t *all = ruccl_comm_scratch(c, 0, sizeof(coll_desc_t) * n);
-    if (!all) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement buffer for %u peers", n);
-    all[0] = *mine;
-    for (unsigned p = 1; p < n; p++) {
-      rc = ruccl_team_recv(team, (int)p, &all[p], sizeof all[p]);
+    /* slot 3 holds every descriptor: this node's first, then (node 0) all by global index */
+    coll_desc_t *all = ruccl_comm_scratch(c, 3, sizeof(coll_desc_t) * (g->n_total + 2 * (size_t)n_local));
+    if (!all) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement buffer for %u peers", g->n_total);
+    coll_desc_t *node = all + g->n_total, *incoming = node + n_local;
+    node[0] = *mine;
+    for (unsigned p = 1; p < n_local; p++) {
+      rc = ruccl_team_recv(local, (int)p, &node[p], sizeof node[p]);
       if (rc != RUCCL_OK) return rc;
     }
-    v.seq = mine->seq;
-    v.code = judge(c, all, v.message);
-    for (unsigned p = 0; p < n; p++)
-      if (all[p].sender) v.sender_pos = (int32_t)p;
-    rc = ruccl_team_send_all(team, &v, sizeof v);
+    size_t node_bytes = sizeof(coll_desc_t) * n_local;
+    if (net && net->me != 0) {
+      rc = ruccl_team_send(net, 0, node, node_bytes);
+      if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, &v, sizeof v);
+      if (rc != RUCCL_OK) return rc;
+    } else {
+      for (unsigned k = 0; k < g->num_nodes; k++) {
+        coll_desc_t *from = node;
+        if (k != g->node_index) {
+          from = incoming;
+          rc = ruccl_team_recv(net, (int)k, from, node_bytes);
+          if (rc != RUCCL_OK) return rc;
+        }
+        for (unsigned l = 0; l < n_local; l++) all[g->node_members[k * n_local + l]] = from[l];
+      }
+      v.seq = mine->seq;
+      v.code = judge(c, all, v.message);
+      for (unsigned p = 0; p < g->n_total; p++)
+        if (all[p].sender) v.sender_pos = (int32_t)p;
+      if (net) {
+        rc = ruccl_team_send_all(net, &v, sizeof v);
+        if (rc != RUCCL_OK) return rc;
+      }
+    }
+    rc = ruccl_team_send_all(local, &v, sizeof v);
     if (rc != RUCCL_OK) return rc;
   }
   *transport_failed = 0;
@@ -305,10 +332,11 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *team, const col
 
 static void *scratch_get(void *ctx, int slot, size_t bytes) { return ruccl_comm_scratch(ctx, slot, bytes); }
 
-/* Host memory of the compute dtype holding t's elements (read: filled from t). */
-static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, int slot, int fill, void **host) {
+/* Host memory of dtype cdt (t's own, or its compute dtype) holding t's elements
+   (fill: copied in from t). */
+static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
+                               void **host) {
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
-  ruccl_dtype_t cdt = ruccl_compute_dtype(t->dtype);
   size_t count = (size_t)numel_of(t);
   if (ad->host_accessible && cdt == t->dtype) {
     *host = t->data;
@@ -319,7 +347,8 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, int slo
   *host = buf;
   if (!fill || !count) return RUCCL_OK;
   if (ad->host_accessible) {
-    ruccl_to_compute(t->data, t->dtype, buf, count);
+    if (cdt == t->dtype) memcpy(buf, t->data, count * ruccl_dtype_size(t->dtype));
+    else ruccl_to_compute(t->data, t->dtype, buf, count);
     return RUCCL_OK;
   }
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
@@ -331,17 +360,17 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, int slo
   return rc;
 }
 
-static ruccl_result_t stage_out(const ruccl_tensor_t *t, const void *host) {
+static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
   if (host == t->data) return RUCCL_OK;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
   if (!count) return RUCCL_OK;
   if (ad->host_accessible) {
-    ruccl_from_compute(host, t->dtype, t->data, count);
+    if (cdt == t->dtype) memcpy(t->data, host, count * ruccl_dtype_size(t->dtype));
+    else ruccl_from_compute(host, t->dtype, t->data, count);
     return RUCCL_OK;
   }
-  if (ruccl_compute_dtype(t->dtype) == t->dtype)
-    return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
+  if (cdt == t->dtype) return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
   void *raw = malloc(raw_bytes);
   if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
@@ -398,9 +427,11 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   memset(p, 0, sizeof *p);
   p->writes_out = out && (r->kind != RUCCL_COLL_REDUCE || r->root_peer == c->peer_id);
   const ruccl_tensor_t *typed = in ? in : out;
-  a->dtype = ruccl_compute_dtype(typed->dtype);
+  /* Reductions run in the compute dtype; data that is only moved keeps its bits. */
+  int reduces = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_REDUCE || r->kind == RUCCL_COLL_REDUCE_SCATTER;
+  a->dtype = reduces ? ruccl_compute_dtype(typed->dtype) : typed->dtype;
   a->op = r->op == RUCCL_MEAN ? RUCCL_SUM : r->op;
-  a->divisor = r->op == RUCCL_MEAN ? g->n : 0;
+  a->divisor = r->op == RUCCL_MEAN ? g->n_total : 0;
   a->scratch.get = scratch_get;
   a->scratch.ctx = c;
   switch (r->kind) {
@@ -411,11 +442,11 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   }
   void *src = NULL, *dst = NULL;
   ruccl_result_t rc = RUCCL_OK;
-  if (in) rc = stage_in(c, in, 1, 1, &src);
+  if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
   int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
   if (rc == RUCCL_OK && p->writes_out) {
     if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
-    else rc = stage_in(c, out, 2, 0, &dst);
+    else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
   }
   /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
   static char empty[16];
@@ -425,16 +456,33 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   return rc;
 }
 
-static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *team, const ruccl_request_t *r, prepared_t *p) {
+static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                              const ruccl_request_t *r, prepared_t *p) {
+  const ruccl_group_t *g = c->group;
   ruccl_args_t *a = &p->args;
   size_t bytes = a->count * ruccl_dtype_size(a->dtype);
-  ruccl_strategy_t s = choose_strategy(c->group->config.local_strategy, r->kind, bytes, team->n);
-  a->arity = s.arity ? s.arity : 2;
-  const ruccl_algorithm_table_t *table = strategy_table[s.kind];
-  ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(r->kind),
-            c->seq, a->count, table->name);
-  ruccl_result_t rc = algo_for(table, r->kind)(team, a);
-  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, p->dst);
+  ruccl_strategy_t ls = choose_strategy(g->config.local_strategy, r->kind, bytes, local->n);
+  const ruccl_algorithm_table_t *table = strategy_table[ls.kind];
+  ruccl_result_t rc;
+  if (g->num_nodes == 1) {
+    a->arity = ls.arity;
+    ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(r->kind),
+              c->seq, a->count, table->name);
+    rc = algo_for(table, r->kind)(local, a);
+  } else {
+    ruccl_strategy_t gs = choose_strategy(g->config.global_strategy, r->kind, bytes * g->n, g->num_nodes);
+    ruccl_hier_t h = {.comm = c,
+                      .local = table,
+                      .global = strategy_table[gs.kind],
+                      .local_arity = ls.arity,
+                      .global_arity = gs.arity,
+                      .local_team = local,
+                      .net_team = net};
+    ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s within the node, %s across %u nodes", c->peer_id,
+              ruccl_coll_kind_name(r->kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
+    rc = ruccl_hier_run(&h, r->kind, a);
+  }
+  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, a->dtype, p->dst);
   return rc;
 }
 
@@ -454,6 +502,15 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
       .members = NULL,
       .deadline_ns = ruccl_now_ns() + g->config.timeout_ms * 1000000,
   };
+  ruccl_team_t net_team = {
+      .ops = &ruccl_tcp_ops,
+      .endpoint = g->net,
+      .n = g->num_nodes,
+      .me = g->node_index,
+      .members = NULL,
+      .deadline_ns = team.deadline_ns,
+  };
+  const ruccl_team_t *net = g->net && c->index == 0 ? &net_team : NULL;
   coll_desc_t desc;
   describe(c, r, &desc);
   prepared_t prep;
@@ -466,7 +523,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
   }
   unsigned sender_pos = 0;
   int transport_failed = 0;
-  rc = agree(c, &team, &desc, &sender_pos, &transport_failed);
+  rc = agree(c, &team, net, &desc, &sender_pos, &transport_failed);
   c->seq++;
   if (rc != RUCCL_OK) {
     /* A verdict leaves the session as it was.  A failed exchange leaves peers blocked
@@ -476,7 +533,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
   }
   if (r->kind == RUCCL_COLL_BARRIER) return RUCCL_OK;
   if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = sender_pos;
-  rc = execute(c, &team, r, &prep);
+  rc = execute(c, &team, net, r, &prep);
   if (rc != RUCCL_OK) ruccl_group_break(g, rc);
   return rc;
 }

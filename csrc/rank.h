@@ -13,6 +13,10 @@
 
 typedef struct ruccl_group ruccl_group_t;
 
+/* Scratch slots: 0 inside an algorithm, 1 and 2 staged input and output, 3 and 4
+   the node leader's buffers between the local and the global phase. */
+#define RUCCL_SCRATCH_SLOTS 5
+
 struct ruccl_group {
   ruccl_config_t config;
   unsigned n; /* participants */
@@ -35,24 +39,34 @@ struct ruccl_group {
   uint32_t *peer_ids_store; /* by peer index, filled when complete */
 
   ruccl_inproc_t inproc; /* the in-process transport of this group */
+
+  /* The whole session, across nodes (single node: n_total == n, num_nodes == 1). */
+  unsigned n_total, num_nodes, node_index;
+  uint32_t *all_ids;       /* by global index: every peer id, ascending */
+  unsigned *node_members;  /* [node * n + local index] -> global index */
+  unsigned *node_of, *local_of; /* by global index */
+  struct ruccl_net *net;   /* NULL on a single node */
+  int net_state;           /* 0 none, 1 being set up by local index 0, 2 ready, <0 failed (-code) */
+  char net_why[256];
 };
 
 struct ruccl_comm {
   ruccl_group_t *group;
   uint32_t peer_id;
-  unsigned index; /* position in peer order */
+  unsigned index;        /* position among this node's peers (ascending id) */
+  unsigned global_index; /* position in peer order across all nodes */
   ruccl_device_t device;
   uint64_t seq; /* collectives started on this handle */
   uint32_t *peer_ids; /* by index; owned by the group, read-only once complete */
-  void *scratch[3];
-  size_t scratch_cap[3];
+  void *scratch[RUCCL_SCRATCH_SLOTS];
+  size_t scratch_cap[RUCCL_SCRATCH_SLOTS];
 };
 
 /* The error a wait of this group must return now, or RUCCL_OK. */
 ruccl_result_t ruccl_group_status(const ruccl_group_t *g);
 void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code);
 
-/* A buffer of at least `bytes` owned by the comm (slot 0..2), kept between calls. */
+/* A buffer of at least `bytes` owned by the comm, kept between calls. */
 void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes);
 
 #endif

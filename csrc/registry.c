@@ -16,6 +16,8 @@
 #include "config.h"
 #include "error.h"
 #include "rank.h"
+#include "net/session.h"
+#include "net/transport_tcp.h"
 #include "tensor_device.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -53,6 +55,11 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
 
 static void group_unref(ruccl_group_t *g) {
   if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+  ruccl_session_close(g, 0);
+  free(g->all_ids);
+  free(g->node_members);
+  free(g->node_of);
+  free(g->local_of);
   ruccl_inproc_destroy(&g->inproc);
   pthread_cond_destroy(&g->registered);
   free(g->members);
@@ -93,6 +100,7 @@ void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
     ruccl_inproc_wake(&g->inproc);
     return;
   }
+  if (g->net) ruccl_net_abort(g->net, code); /* the other nodes stop with the same code */
   pthread_mutex_lock(&g->inproc.mu);
   if (atomic_load(&g->broken) == 0) {
     snprintf(g->broken_why, sizeof g->broken_why, "%s", ruccl_last_error());
@@ -115,21 +123,21 @@ void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes) {
 }
 
 static void comm_free(ruccl_comm_t *c) {
-  for (int i = 0; i < 3; i++) free(c->scratch[i]);
+  for (int i = 0; i < RUCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
   free(c);
 }
 
 ruccl_result_t ruccl_comm_size(const ruccl_comm_t *c, unsigned *size) {
   if (!c || !size) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or size is NULL");
   if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
-  *size = c->group->n;
+  *size = c->group->n_total;
   return RUCCL_OK;
 }
 
 ruccl_result_t ruccl_comm_index(const ruccl_comm_t *c, unsigned *index) {
   if (!c || !index) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or index is NULL");
   if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
-  *index = c->index;
+  *index = c->global_index;
   return RUCCL_OK;
 }
 
@@ -140,6 +148,24 @@ static int by_peer_id(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A single node: the global numbering is the local one. */
+static int number_single_node(ruccl_group_t *g) {
+  unsigned n = g->n;
+  g->all_ids = malloc(sizeof *g->all_ids * n);
+  g->node_members = malloc(sizeof *g->node_members * n);
+  g->node_of = calloc(n, sizeof *g->node_of);
+  g->local_of = malloc(sizeof *g->local_of * n);
+  if (!g->all_ids || !g->node_members || !g->node_of || !g->local_of) return -1;
+  for (unsigned i = 0; i < n; i++) {
+    g->all_ids[i] = g->peer_ids_store[i];
+    g->node_members[i] = g->local_of[i] = i;
+  }
+  g->n_total = n;
+  g->num_nodes = 1;
+  g->node_index = 0;
+  return 0;
+}
+
 /* Registry lock held: every pending peer has arrived. */
 static void complete_rendezvous(ruccl_group_t *g) {
   qsort(g->members, g->n, sizeof *g->members, by_peer_id);
@@ -147,6 +173,12 @@ static void complete_rendezvous(ruccl_group_t *g) {
     g->members[i]->index = i;
     g->peer_ids_store[i] = g->members[i]->peer_id;
     g->members[i]->peer_ids = g->peer_ids_store;
+  }
+  if (ruccl_config_is_multi_node(&g->config)) {
+    g->net_state = 1; /* local index 0 connects the nodes; the others wait for it */
+  } else if (number_single_node(g) != 0) {
+    g->failed = RUCCL_ERR_NO_MEMORY;
+    snprintf(g->broken_why, sizeof g->broken_why, "RUCCL_ERR_NO_MEMORY: peer tables");
   }
   g->complete = 1;
   g->active = g->n;
@@ -181,9 +213,6 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   *comm = NULL;
   ruccl_result_t rc = ruccl_config_validate(config);
   if (rc != RUCCL_OK) return rc;
-  if (ruccl_config_is_multi_node(config))
-    return ruccl_fail(RUCCL_ERR_UNSUPPORTED,
-                      "multi-node sessions (num_nodes, global/node address, data service port) are not built yet");
   rc = check_device(device);
   if (rc != RUCCL_OK) return rc;
 
@@ -254,7 +283,30 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   while (!g->complete && !g->failed && !atomic_load(&g->reset) && !timed_out)
     timed_out = pthread_cond_timedwait(&g->registered, &registry_mu, &ts) == ETIMEDOUT;
 
-  if (g->complete && !atomic_load(&g->reset)) {
+  if (g->complete && !g->failed && !atomic_load(&g->reset) && g->net_state == 1) {
+    if (c->index == 0) {
+      /* Connect the nodes without holding the registry. */
+      pthread_mutex_unlock(&registry_mu);
+      rc = ruccl_session_connect(g);
+      pthread_mutex_lock(&registry_mu);
+      if (rc == RUCCL_OK) {
+        g->net_state = 2;
+      } else {
+        g->net_state = -(int)rc;
+        snprintf(g->net_why, sizeof g->net_why, "%s", ruccl_last_error());
+      }
+      pthread_cond_broadcast(&g->registered);
+    } else {
+      while (g->net_state == 1 && !atomic_load(&g->reset)) pthread_cond_wait(&g->registered, &registry_mu);
+    }
+    if (g->net_state < 0 && !g->failed) {
+      g->failed = (ruccl_result_t)(-g->net_state);
+      memcpy(g->broken_why, g->net_why, sizeof g->broken_why);
+      registry_remove(g);
+    }
+  }
+  if (g->complete && !g->failed && !atomic_load(&g->reset)) {
+    c->global_index = g->node_members[g->node_index * g->n + c->index];
     pthread_mutex_unlock(&registry_mu);
     *comm = c;
     return RUCCL_OK;
@@ -292,8 +344,10 @@ ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
   } else {
     atomic_store(&g->finished[c->index], 1);
     pthread_mutex_lock(&registry_mu);
-    if (--g->active == 0) registry_remove(g);
+    int last = --g->active == 0;
+    if (last) registry_remove(g);
     pthread_mutex_unlock(&registry_mu);
+    if (last) ruccl_session_close(g, 1); /* the node leaves the orchestrator cleanly */
     ruccl_group_break(g, RUCCL_OK); /* wakes peers waiting for us */
     ruccl_log(2, "peer %u finished its session in group '%s'", c->peer_id, g->config.group_name);
   }
@@ -307,6 +361,7 @@ void ruccl_reset(void) {
   while (registry_head) {
     ruccl_group_t *g = registry_head;
     atomic_store(&g->reset, 1);
+    if (g->net) ruccl_net_abort(g->net, RUCCL_ERR_PEER_LOST);
     pthread_cond_broadcast(&g->registered);
     /* hold a reference while waking: registry_remove may drop the last one */
     atomic_fetch_add(&g->refs, 1);

@@ -29,7 +29,9 @@ struct Orchestrator {
     EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_start("127.0.0.1:0", secret, strlen(secret), &o)) << ruccl_last_error();
   }
   ~Orchestrator() {
-    if (o) EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_stop(o));
+    if (o) {
+      EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_stop(o));
+    }
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(ruccl_orchestrator_port(o)); }
 };

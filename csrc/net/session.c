@@ -1,0 +1,131 @@
+/* session.c — turns a node's completed local rendezvous into a multi-node session:
+   open the data service, join through the orchestrator, connect to every other node,
+   and number every peer of the session in ascending-id order. */
+#include "session.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../error.h"
+#include "../rank.h"
+#include "bootstrap.h"
+#include "transport_tcp.h"
+
+/* What every node must agree on, hashed (the secret is proven by the handshake). */
+static void config_digest(const ruccl_config_t *c, unsigned char out[RUCCL_DIGEST_BYTES]) {
+  uint32_t fields[6] = {c->num_devices, (uint32_t)c->local_strategy.kind, c->local_strategy.arity,
+                        (uint32_t)c->global_strategy.kind, c->global_strategy.arity, c->num_nodes};
+  unsigned int len = RUCCL_DIGEST_BYTES;
+  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+  EVP_DigestUpdate(ctx, fields, sizeof fields);
+  EVP_DigestUpdate(ctx, c->group_name, strlen(c->group_name));
+  EVP_DigestFinal_ex(ctx, out, &len);
+  EVP_MD_CTX_free(ctx);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Fills the global numbering from the table (nodes sorted by smallest id). */
+static ruccl_result_t number_peers(ruccl_group_t *g, const ruccl_table_t *t, unsigned me) {
+  unsigned n = g->n, nodes = t->num_nodes, total = n * nodes;
+  for (unsigned k = 0; k < nodes; k++)
+    if (t->nodes[k].num_local != n)
+      return ruccl_fail(RUCCL_ERR_CONFIG_MISMATCH, "node %u has %u peers, this node %u", k, t->nodes[k].num_local, n);
+  uint32_t *ids = malloc(sizeof *ids * total);
+  unsigned *members = malloc(sizeof *members * total), *node_of = malloc(sizeof *node_of * total),
+           *local_of = malloc(sizeof *local_of * total);
+  if (!ids || !members || !node_of || !local_of) {
+    free(ids), free(members), free(node_of), free(local_of);
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "peer tables");
+  }
+  for (unsigned k = 0; k < nodes; k++)
+    for (unsigned l = 0; l < n; l++) ids[k * n + l] = t->nodes[k].peer_ids[l];
+  qsort(ids, total, sizeof *ids, cmp_u32);
+  for (unsigned k = 0; k < nodes; k++) {
+    uint32_t local[RUCCL_WIRE_MAX_LOCAL];
+    memcpy(local, t->nodes[k].peer_ids, sizeof(uint32_t) * n);
+    qsort(local, n, sizeof *local, cmp_u32);
+    for (unsigned l = 0; l < n; l++) {
+      uint32_t *hit = bsearch(&local[l], ids, total, sizeof *ids, cmp_u32);
+      unsigned gi = (unsigned)(hit - ids);
+      members[k * n + l] = gi;
+      node_of[gi] = k;
+      local_of[gi] = l;
+    }
+  }
+  g->n_total = total;
+  g->num_nodes = nodes;
+  g->node_index = me;
+  g->all_ids = ids;
+  g->node_members = members;
+  g->node_of = node_of;
+  g->local_of = local_of;
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
+  const ruccl_config_t *cfg = &g->config;
+  int64_t deadline = ruccl_now_ns() + cfg->timeout_ms * 1000000;
+  ruccl_net_t *net = calloc(1, sizeof *net);
+  if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
+  snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
+  memcpy(net->secret, cfg->secret, cfg->secret_len);
+  net->secret_len = cfg->secret_len;
+  net->reset = &g->reset;
+  net->broken = &g->broken;
+  ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
+  if (rc != RUCCL_OK) {
+    free(net);
+    return rc;
+  }
+  ruccl_join_t *me = calloc(1, sizeof *me);
+  ruccl_table_t table = {0};
+  if (!me) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
+  if (rc == RUCCL_OK) {
+    snprintf(me->group, sizeof me->group, "%s", cfg->group_name);
+    me->num_nodes = cfg->num_nodes;
+    config_digest(cfg, me->digest);
+    snprintf(me->address, sizeof me->address, "%s", cfg->node_address);
+    me->data_port = (uint32_t)net->data_port;
+    me->num_local = g->n;
+    for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
+    rc = ruccl_bootstrap_join(cfg->global_address, cfg->secret, cfg->secret_len, me, deadline,
+                              &net->orchestrator_fd, &table);
+  }
+  unsigned my_node = 0;
+  if (rc == RUCCL_OK) {
+    for (unsigned k = 0; k < table.num_nodes; k++)
+      if (table.nodes[k].data_port == me->data_port && strcmp(table.nodes[k].address, me->address) == 0 &&
+          table.nodes[k].peer_ids[0] == me->peer_ids[0])
+        my_node = k;
+    rc = number_peers(g, &table, my_node);
+  }
+  if (rc == RUCCL_OK) rc = ruccl_net_connect_all(net, &table, my_node, deadline);
+  ruccl_table_free(&table);
+  free(me);
+  if (rc != RUCCL_OK) {
+    ruccl_bootstrap_leave(net->orchestrator_fd);
+    ruccl_net_close(net, 0);
+    free(net);
+    return rc;
+  }
+  g->net = net;
+  ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
+            g->n_total);
+  return RUCCL_OK;
+}
+
+void ruccl_session_close(ruccl_group_t *g, int finished) {
+  if (!g->net) return;
+  ruccl_bootstrap_leave(g->net->orchestrator_fd);
+  ruccl_net_close(g->net, finished);
+  free(g->net);
+  g->net = NULL;
+}

@@ -1,0 +1,13 @@
+/* session.h — setting up and tearing down a group's multi-node session. */
+#ifndef RUCCL_SESSION_H
+#define RUCCL_SESSION_H
+
+#include "ruccl.h"
+
+struct ruccl_group;
+/* Called by the local peer of index 0 once the local rendezvous is complete. */
+ruccl_result_t ruccl_session_connect(struct ruccl_group *g);
+/* finished: tell the other nodes this one finished (else it just goes away). */
+void ruccl_session_close(struct ruccl_group *g, int finished);
+
+#endif

@@ -1,0 +1,359 @@
+/* transport_tcp.c — the TCP transport between nodes.
+ *
+ * Every data message is a 16-byte header (kind, code, length) and its payload.  A
+ * step sends and receives at once over non-blocking sockets with poll(), so a ring
+ * step never deadlocks on full socket buffers; a reduce-on-receive folds the bytes
+ * into the destination as they arrive, through a small bounce buffer.  ABORT
+ * headers carry why a node stopped, so that every survivor returns the same code;
+ * a socket that closes without one is a lost peer. */
+#include "transport_tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../dtype.h"
+#include "../error.h"
+#include "wire.h"
+
+#define BOUNCE_BYTES (256 * 1024)
+#define POLL_SLICE_MS 50
+#define STRANGER_TIMEOUT_NS (2LL * 1000000000)
+#define RUCCL_FRAME_NODE 20
+
+enum { MSG_DATA = 1, MSG_ABORT = 2 };
+
+typedef struct {
+  uint32_t kind, code;
+  uint32_t len_hi, len_lo;
+} msg_header_t;
+
+typedef struct {
+  char group[RUCCL_MAX_GROUP_NAME];
+  uint32_t node;
+} node_hello_t;
+
+ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned port) {
+  net->listen_fd = -1;
+  net->orchestrator_fd = -1;
+  net->wake[0] = net->wake[1] = -1;
+  atomic_init(&net->aborted, 0);
+  return ruccl_tcp_listen(host, (int)port, &net->listen_fd, &net->data_port);
+}
+
+/* Accepts one connection and checks who it is: an authenticated node of our group
+   with an index above ours that has not connected yet.  Anything else is closed. */
+static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigned *from) {
+  for (;;) {
+    int fd;
+    ruccl_result_t rc = ruccl_tcp_accept(net->listen_fd, deadline_ns, &fd);
+    if (rc != RUCCL_OK) return rc;
+    int64_t hs_deadline = ruccl_now_ns() + STRANGER_TIMEOUT_NS;
+    if (hs_deadline > deadline_ns) hs_deadline = deadline_ns;
+    node_hello_t hello;
+    uint16_t type = 0;
+    uint32_t len = 0;
+    rc = ruccl_auth_server(fd, net->secret, net->secret_len, hs_deadline);
+    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, &hello, sizeof hello, &len, hs_deadline);
+    if (rc == RUCCL_OK) {
+      uint32_t node = ntohl(hello.node);
+      hello.group[sizeof hello.group - 1] = 0;
+      if (type == RUCCL_FRAME_NODE && len == sizeof hello && strcmp(hello.group, net->group) == 0 &&
+          node > net->me && node < net->num_nodes && net->fds[node] < 0) {
+        net->fds[node] = fd;
+        *from = node;
+        return RUCCL_OK;
+      }
+    }
+    ruccl_log(1, "node %u: refused a connection on the data port (%s)", net->me,
+              rc == RUCCL_OK ? "not an expected node" : ruccl_last_error());
+    close(fd);
+  }
+}
+
+static void *guard_main(void *arg) {
+  ruccl_net_t *net = arg;
+  for (;;) {
+    struct pollfd p[2] = {{.fd = net->listen_fd, .events = POLLIN}, {.fd = net->wake[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) continue;
+    if (p[1].revents) return NULL;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = accept4(net->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    /* The session is complete: whoever this is, it is refused (after the handshake,
+       so that a stranger learns nothing but a wrong secret learns it is wrong). */
+    ruccl_auth_server(fd, net->secret, net->secret_len, ruccl_now_ns() + STRANGER_TIMEOUT_NS);
+    ruccl_log(1, "node %u: refused a connection on the data port during the session", net->me);
+    close(fd);
+  }
+}
+
+ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
+                                     int64_t deadline_ns) {
+  net->num_nodes = table->num_nodes;
+  net->me = me;
+  net->fds = malloc(sizeof(int) * net->num_nodes);
+  net->bounce = malloc(BOUNCE_BYTES);
+  if (!net->fds || !net->bounce) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
+  for (unsigned i = 0; i < net->num_nodes; i++) net->fds[i] = -1;
+  for (unsigned j = 0; j < me; j++) {
+    const ruccl_join_t *n = &table->nodes[j];
+    int fd;
+    ruccl_result_t rc = ruccl_tcp_connect(n->address, (int)n->data_port, deadline_ns, &fd);
+    if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, net->secret, net->secret_len, deadline_ns);
+    if (rc == RUCCL_OK) {
+      node_hello_t hello;
+      memset(&hello, 0, sizeof hello);
+      snprintf(hello.group, sizeof hello.group, "%s", net->group);
+      hello.node = htonl(me);
+      rc = ruccl_frame_send(fd, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns);
+    }
+    if (rc != RUCCL_OK) {
+      if (fd >= 0) close(fd);
+      return ruccl_fail(rc, "node %u cannot connect to node %u at %s:%u: %s", me, j, n->address, n->data_port,
+                        ruccl_last_error());
+    }
+    net->fds[j] = fd;
+  }
+  for (unsigned k = me + 1; k < net->num_nodes; k++) {
+    unsigned from;
+    ruccl_result_t rc = accept_node(net, deadline_ns, &from);
+    if (rc != RUCCL_OK) return ruccl_fail(rc, "node %u: not every higher node connected: %s", me, ruccl_last_error());
+  }
+  for (unsigned i = 0; i < net->num_nodes; i++)
+    if (net->fds[i] >= 0) fcntl(net->fds[i], F_SETFL, fcntl(net->fds[i], F_GETFL) | O_NONBLOCK);
+  if (pipe2(net->wake, O_CLOEXEC) != 0) return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
+  if (pthread_create(&net->guard, NULL, guard_main, net) != 0)
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "data port guard thread");
+  net->guard_running = 1;
+  return RUCCL_OK;
+}
+
+static void send_header_best_effort(int fd, uint32_t kind, uint32_t code) {
+  msg_header_t h = {htonl(kind), htonl(code), 0, 0};
+  send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
+  if (!net->fds || atomic_exchange(&net->aborted, 1)) return;
+  for (unsigned i = 0; i < net->num_nodes; i++) {
+    if (net->fds[i] < 0) continue;
+    send_header_best_effort(net->fds[i], MSG_ABORT, (uint32_t)code);
+    shutdown(net->fds[i], SHUT_RDWR);
+  }
+}
+
+void ruccl_net_close(ruccl_net_t *net, int finished) {
+  if (finished) ruccl_net_abort(net, RUCCL_ERR_PEER_FINISHED);
+  if (net->guard_running) {
+    char b = 1;
+    if (write(net->wake[1], &b, 1) != 1) {
+    }
+    pthread_join(net->guard, NULL);
+    net->guard_running = 0;
+  }
+  for (unsigned i = 0; net->fds && i < net->num_nodes; i++)
+    if (net->fds[i] >= 0) close(net->fds[i]);
+  if (net->listen_fd >= 0) close(net->listen_fd);
+  if (net->wake[0] >= 0) close(net->wake[0]);
+  if (net->wake[1] >= 0) close(net->wake[1]);
+  free(net->fds);
+  free(net->bounce);
+  net->fds = NULL;
+  net->bounce = NULL;
+  net->listen_fd = -1;
+}
+
+/* ---- one step ---------------------------------------------------------------------- */
+
+typedef struct {
+  int fd, node;
+  msg_header_t hdr;
+  size_t hdr_done;
+  const char *buf;
+  size_t len, done;
+} out_state_t;
+
+typedef struct {
+  int fd, node;
+  msg_header_t hdr;
+  size_t hdr_done;
+  size_t len, done; /* payload bytes expected and consumed */
+  size_t pend;      /* bounce bytes not yet reduced */
+  const ruccl_xfer_t *x;
+} in_state_t;
+
+/* A connection broke: if the other node said why (an ABORT waiting to be read),
+   that is the answer; else it is lost. */
+static ruccl_result_t lost(const ruccl_net_t *net, int fd, int node, const char *what) {
+  int saved = errno;
+  msg_header_t h;
+  if (recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT) {
+    uint32_t code = ntohl(h.code);
+    if (code != RUCCL_OK && code < RUCCL_NUM_RESULTS)
+      return ruccl_fail((ruccl_result_t)code, "node %d stopped the session (%s)", node,
+                        ruccl_error_string((ruccl_result_t)code));
+  }
+  return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u lost node %d while %s (%s)", net->me, node, what,
+                    saved ? strerror(saved) : "connection closed");
+}
+
+static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
+  while (o->hdr_done < sizeof o->hdr || o->done < o->len) {
+    const char *p;
+    size_t n;
+    if (o->hdr_done < sizeof o->hdr) {
+      p = (const char *)&o->hdr + o->hdr_done;
+      n = sizeof o->hdr - o->hdr_done;
+    } else {
+      p = o->buf + o->done;
+      n = o->len - o->done;
+    }
+    ssize_t w = send(o->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RUCCL_OK;
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return lost(net, o->fd, o->node, "sending");
+    if (o->hdr_done < sizeof o->hdr) o->hdr_done += (size_t)w;
+    else o->done += (size_t)w;
+  }
+  return RUCCL_OK;
+}
+
+static ruccl_result_t header_arrived(ruccl_net_t *net, in_state_t *in) {
+  uint32_t kind = ntohl(in->hdr.kind);
+  if (kind == MSG_ABORT) {
+    uint32_t code = ntohl(in->hdr.code);
+    if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PEER_LOST;
+    return ruccl_fail((ruccl_result_t)code, "node %d stopped the session (%s)", in->node,
+                      ruccl_error_string((ruccl_result_t)code));
+  }
+  uint64_t len = ((uint64_t)ntohl(in->hdr.len_hi) << 32) | ntohl(in->hdr.len_lo);
+  if (kind != MSG_DATA || len != in->len)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u expected %zu bytes from node %d, got a message of kind %u, %llu bytes",
+                      net->me, in->len, in->node, kind, (unsigned long long)len);
+  return RUCCL_OK;
+}
+
+static void fold(ruccl_net_t *net, in_state_t *in, size_t elem) {
+  const ruccl_xfer_t *x = in->x;
+  size_t whole = in->pend / elem * elem;
+  if (!whole) return;
+  size_t at = in->done - in->pend; /* payload offset of the bounce's first byte */
+  ruccl_reduce_kernel((char *)x->recv_buf + at, (const char *)x->reduce_local + at, net->bounce, whole / elem,
+                      x->dtype, x->op, x->divisor);
+  memmove(net->bounce, net->bounce + whole, in->pend - whole);
+  in->pend -= whole;
+}
+
+static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
+  const ruccl_xfer_t *x = in->x;
+  size_t elem = x->reduce_local ? ruccl_dtype_size(x->dtype) : 1;
+  for (;;) {
+    char *p;
+    size_t n;
+    if (in->hdr_done < sizeof in->hdr) {
+      p = (char *)&in->hdr + in->hdr_done;
+      n = sizeof in->hdr - in->hdr_done;
+    } else if (in->done < in->len) {
+      if (x->reduce_local) {
+        p = (char *)net->bounce + in->pend;
+        n = BOUNCE_BYTES - in->pend;
+        if (n > in->len - in->done) n = in->len - in->done;
+      } else {
+        p = (char *)x->recv_buf + in->done;
+        n = in->len - in->done;
+      }
+    } else {
+      return RUCCL_OK;
+    }
+    ssize_t r = recv(in->fd, p, n, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RUCCL_OK;
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) errno = 0;
+    if (r <= 0) return lost(net, in->fd, in->node, "receiving");
+    if (in->hdr_done < sizeof in->hdr) {
+      in->hdr_done += (size_t)r;
+      if (in->hdr_done == sizeof in->hdr) {
+        ruccl_result_t rc = header_arrived(net, in);
+        if (rc != RUCCL_OK) return rc;
+      }
+      continue;
+    }
+    in->done += (size_t)r;
+    if (x->reduce_local) {
+      in->pend += (size_t)r;
+      fold(net, in, elem);
+    }
+  }
+}
+
+static ruccl_result_t session_state(const ruccl_net_t *net) {
+  if (net->reset && atomic_load(net->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
+  if (net->broken && atomic_load(net->broken))
+    return ruccl_fail((ruccl_result_t)atomic_load(net->broken), "the session failed on this node");
+  return RUCCL_OK;
+}
+
+static ruccl_result_t tcp_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
+  ruccl_net_t *net = endpoint;
+  out_state_t o = {.fd = -1};
+  in_state_t in = {.fd = -1};
+  if (x->send_peer != RUCCL_NO_PEER) {
+    o.node = x->send_peer;
+    o.fd = net->fds[x->send_peer];
+    o.buf = x->send_buf;
+    o.len = x->send_bytes;
+    uint64_t len = x->send_bytes;
+    o.hdr = (msg_header_t){htonl(MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
+  }
+  if (x->recv_peer != RUCCL_NO_PEER) {
+    in.node = x->recv_peer;
+    in.fd = net->fds[x->recv_peer];
+    in.len = x->recv_bytes;
+    in.x = x;
+  }
+  if (atomic_load(&net->aborted)) return ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
+  for (;;) {
+    int out_busy = o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len);
+    int in_busy = in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len);
+    if (!out_busy && !in_busy) return RUCCL_OK;
+    struct pollfd p[2];
+    int np = 0;
+    if (out_busy) p[np++] = (struct pollfd){.fd = o.fd, .events = POLLOUT};
+    if (in_busy) {
+      if (np && p[0].fd == in.fd) p[0].events |= POLLIN;
+      else p[np++] = (struct pollfd){.fd = in.fd, .events = POLLIN};
+    }
+    int64_t left_ms = (deadline_ns - ruccl_now_ns()) / 1000000;
+    if (left_ms <= 0)
+      return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d", net->me,
+                        in_busy ? in.node : o.node);
+    int r = poll(p, (nfds_t)np, left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS);
+    if (r < 0 && errno != EINTR) return ruccl_fail(RUCCL_ERR_IO, "poll: %s", strerror(errno));
+    ruccl_result_t rc = session_state(net);
+    if (rc != RUCCL_OK) return rc;
+    if (r <= 0) continue;
+    for (int i = 0; i < np; i++) {
+      if (!p[i].revents) continue;
+      if (in_busy && p[i].fd == in.fd && (p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+        rc = pump_in(net, &in);
+        if (rc != RUCCL_OK) return rc;
+      }
+      if (out_busy && p[i].fd == o.fd && (p[i].revents & (POLLOUT | POLLERR | POLLHUP))) {
+        rc = pump_out(net, &o);
+        if (rc != RUCCL_OK) return rc;
+      }
+    }
+  }
+}
+
+const ruccl_transport_ops_t ruccl_tcp_ops = {
+    .name = "tcp",
+    .xfer = tcp_xfer,
+};

@@ -1,0 +1,43 @@
+/* transport_tcp.h — the TCP transport between the nodes of a session: one
+   authenticated socket per pair of nodes, driven by each node's leader thread. */
+#ifndef RUCCL_TRANSPORT_TCP_H
+#define RUCCL_TRANSPORT_TCP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "../transport.h"
+#include "bootstrap_wire.h"
+
+typedef struct ruccl_net {
+  unsigned num_nodes, me;
+  int *fds;       /* by node index; -1 for me */
+  int listen_fd;  /* the data service, kept open to refuse strangers during the session */
+  int data_port;
+  int orchestrator_fd;
+  pthread_t guard; /* accepts and drops connections after the session is set up */
+  int guard_running;
+  int wake[2];
+  atomic_int aborted; /* the sockets were shut down */
+  const atomic_int *reset, *broken; /* the group's state, checked while waiting */
+  char group[RUCCL_MAX_GROUP_NAME];
+  unsigned char secret[RUCCL_MAX_SECRET];
+  size_t secret_len;
+  unsigned char *bounce; /* reduce-on-receive staging */
+} ruccl_net_t;
+
+/* Opens the data service (port 0 = any) before joining, so its port can be announced. */
+ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned port);
+/* With the table from the orchestrator: connects to every lower node, accepts every
+   higher one, each connection authenticated with the secret; strangers are refused. */
+ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
+                                     int64_t deadline_ns);
+/* Tells every other node why this one stops (code), then shuts the sockets so that
+   nobody waits on us. */
+void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code);
+/* A clean end: tells the others this node finished, closes everything. */
+void ruccl_net_close(ruccl_net_t *net, int finished);
+
+extern const ruccl_transport_ops_t ruccl_tcp_ops; /* endpoint: ruccl_net_t */
+
+#endif

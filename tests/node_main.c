@@ -1,0 +1,235 @@
+/* node_main.c — ruccl-test-node: one node of a multi-node test session, run as a
+ * real process by test_multinode.cc.
+ *
+ *   ruccl-test-node ORCH_ADDR NUM_NODES GROUP IDS SCENARIO [STRATEGY]
+ *
+ * IDS is this node's peer ids, comma-separated (one thread each); the session's
+ * peers are 0..N-1 across all nodes.  Exit status 0 means every check passed; the
+ * scenarios print what they saw on failure.  Scenarios:
+ *   all       every collective, every root, checked against expected values
+ *   many      10 000 consecutive mixed small collectives
+ *   mismatch  peer 0 passes another shape: everyone must see SHAPE_MISMATCH, then
+ *             the next all-reduce must work
+ *   big       all-reduces of 16 MB until one fails; exits 3 if that failure was
+ *             PEER_LOST (a killed node), else 1
+ *   finish    peer 0 finishes at once; everyone else's next all-reduce must fail
+ *             with PEER_FINISHED
+ * The secret comes from RUCCL_SECRET. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ruccl.h"
+
+#define MAX_LOCAL 16
+
+typedef struct {
+  uint32_t id;
+  ruccl_config_t cfg;
+  const char *scenario;
+  unsigned total;
+  int status; /* 0 ok, else exit code */
+} peer_t;
+
+static ruccl_tensor_t vec(float *data, size_t n) {
+  ruccl_tensor_t t = {.data = data, .dtype = RUCCL_FLOAT32, .ndim = 1, .shape = {(int64_t)n},
+                      .device = {RUCCL_DEVICE_CPU, 0}};
+  return t;
+}
+
+#define CHECK(p, cond, ...)                          \
+  do {                                               \
+    if (!(cond)) {                                   \
+      fprintf(stderr, "peer %u: ", (p)->id);         \
+      fprintf(stderr, __VA_ARGS__);                  \
+      fprintf(stderr, " [%s]\n", ruccl_last_error()); \
+      (p)->status = 1;                               \
+      return;                                        \
+    }                                                \
+  } while (0)
+
+static float val(uint32_t id, size_t i) { return (float)(id + 1) + (float)(i % 13); }
+
+static void scenario_all(peer_t *p, ruccl_comm_t *comm) {
+  unsigned n = p->total;
+  enum { COUNT = 1000 };
+  float in[COUNT], out[COUNT * 8];
+  for (size_t i = 0; i < COUNT; i++) in[i] = val(p->id, i);
+  ruccl_tensor_t tin = vec(in, COUNT), tout = vec(out, COUNT);
+  static const ruccl_reduce_op_t ops[] = {RUCCL_SUM, RUCCL_MEAN, RUCCL_MAX, RUCCL_MIN};
+  for (int o = 0; o < 4; o++) {
+    CHECK(p, ruccl_all_reduce(comm, &tin, &tout, ops[o]) == RUCCL_OK, "all_reduce op %d", o);
+    for (size_t i = 0; i < COUNT; i++) {
+      float sum = 0, mx = val(n - 1, i), mn = val(0, i);
+      for (uint32_t k = 0; k < n; k++) sum += val(k, i);
+      float want = ops[o] == RUCCL_SUM ? sum : ops[o] == RUCCL_MEAN ? sum / (float)n : ops[o] == RUCCL_MAX ? mx : mn;
+      CHECK(p, out[i] == want, "all_reduce op %d [%zu] = %g, want %g", o, i, out[i], want);
+    }
+  }
+  for (uint32_t root = 0; root < n; root++) {
+    memset(out, 0, sizeof(float) * COUNT);
+    CHECK(p, ruccl_broadcast(comm, p->id == root ? &tin : NULL, &tout) == RUCCL_OK, "broadcast root %u", root);
+    for (size_t i = 0; i < COUNT; i++) CHECK(p, out[i] == val(root, i), "broadcast root %u [%zu]", root, i);
+    memset(out, 0, sizeof(float) * COUNT);
+    CHECK(p, ruccl_reduce(comm, &tin, p->id == root ? &tout : NULL, RUCCL_SUM, root) == RUCCL_OK, "reduce %u", root);
+    if (p->id == root)
+      for (size_t i = 0; i < COUNT; i++) {
+        float sum = 0;
+        for (uint32_t k = 0; k < n; k++) sum += val(k, i);
+        CHECK(p, out[i] == sum, "reduce root %u [%zu] = %g, want %g", root, i, out[i], sum);
+      }
+  }
+  ruccl_tensor_t tall = vec(out, (size_t)COUNT * n);
+  CHECK(p, ruccl_all_gather(comm, &tin, &tall) == RUCCL_OK, "all_gather");
+  for (uint32_t k = 0; k < n; k++)
+    for (size_t i = 0; i < COUNT; i++)
+      CHECK(p, out[k * COUNT + i] == val(k, i), "all_gather block %u [%zu] = %g", k, i, out[k * COUNT + i]);
+  /* reduce_scatter: input of n blocks of 100, block k of peer id x = x + k */
+  float rs_in[100 * 8], rs_out[100];
+  for (uint32_t k = 0; k < n; k++)
+    for (size_t i = 0; i < 100; i++) rs_in[k * 100 + i] = (float)(p->id + k) + (float)i;
+  ruccl_tensor_t trs_in = vec(rs_in, 100 * (size_t)n), trs_out = vec(rs_out, 100);
+  CHECK(p, ruccl_reduce_scatter(comm, &trs_in, &trs_out, RUCCL_SUM) == RUCCL_OK, "reduce_scatter");
+  for (size_t i = 0; i < 100; i++) {
+    float want = 0;
+    for (uint32_t x = 0; x < n; x++) want += (float)(x + p->id) + (float)i;
+    CHECK(p, rs_out[i] == want, "reduce_scatter [%zu] = %g, want %g", i, rs_out[i], want);
+  }
+  CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "barrier");
+}
+
+static void scenario_many(peer_t *p, ruccl_comm_t *comm) {
+  unsigned n = p->total;
+  float a[64], b[64 * 8];
+  for (int it = 0; it < 10000; it++) {
+    size_t count = (size_t)(it % 7) * 9 + 1;
+    for (size_t i = 0; i < count; i++) a[i] = (float)(p->id * 3 + (uint32_t)it % 5) + (float)i;
+    ruccl_tensor_t ta = vec(a, count), tb = vec(b, count);
+    uint32_t root = (uint32_t)it % n;
+    switch (it % 4) {
+      case 0: {
+        CHECK(p, ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM) == RUCCL_OK, "#%d all_reduce", it);
+        float want = 0;
+        for (uint32_t k = 0; k < n; k++) want += (float)(k * 3 + (uint32_t)it % 5);
+        CHECK(p, b[0] == want, "#%d all_reduce got %g want %g", it, b[0], want);
+        break;
+      }
+      case 1:
+        CHECK(p, ruccl_broadcast(comm, p->id == root ? &ta : NULL, &tb) == RUCCL_OK, "#%d broadcast", it);
+        CHECK(p, b[count - 1] == (float)(root * 3 + (uint32_t)it % 5) + (float)(count - 1), "#%d broadcast", it);
+        break;
+      case 2: {
+        ruccl_tensor_t tall = vec(b, count * n);
+        CHECK(p, ruccl_all_gather(comm, &ta, &tall) == RUCCL_OK, "#%d all_gather", it);
+        for (uint32_t k = 0; k < n; k++)
+          CHECK(p, b[k * count] == (float)(k * 3 + (uint32_t)it % 5), "#%d all_gather block %u", it, k);
+        break;
+      }
+      default: CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "#%d barrier", it); break;
+    }
+  }
+}
+
+static void scenario_mismatch(peer_t *p, ruccl_comm_t *comm) {
+  float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
+  for (int i = 0; i < 8; i++) b[i] = -1;
+  ruccl_tensor_t ta = vec(a, p->id == 0 ? 7 : 8), tb = vec(b, p->id == 0 ? 7 : 8);
+  ruccl_result_t rc = ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM);
+  CHECK(p, rc == RUCCL_ERR_SHAPE_MISMATCH, "mismatch gave %s", ruccl_error_string(rc));
+  CHECK(p, strstr(ruccl_last_error(), "RUCCL_ERR_SHAPE_MISMATCH") != NULL, "message");
+  for (int i = 0; i < 8; i++) CHECK(p, b[i] == -1, "output modified on a mismatch");
+  ta = vec(a, 8), tb = vec(b, 8);
+  CHECK(p, ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM) == RUCCL_OK, "all_reduce after the mismatch");
+  CHECK(p, b[7] == 8.0f * (float)p->total, "after the mismatch: %g", b[7]);
+}
+
+static void scenario_big(peer_t *p, ruccl_comm_t *comm) {
+  size_t count = 4u << 20; /* 16 MB */
+  float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) a[i] = 1.0f;
+  ruccl_tensor_t ta = vec(a, count), tb = vec(b, count);
+  ruccl_result_t rc = RUCCL_OK;
+  for (int it = 0; it < 100000 && rc == RUCCL_OK; it++) {
+    rc = ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM);
+    if (it == 0 && rc == RUCCL_OK) {
+      printf("peer %u: running\n", p->id);
+      fflush(stdout);
+    }
+  }
+  free(a);
+  free(b);
+  fprintf(stderr, "peer %u: big ended with %s: %s\n", p->id, ruccl_error_string(rc), ruccl_last_error());
+  p->status = rc == RUCCL_ERR_PEER_LOST ? 3 : 1;
+}
+
+static void scenario_finish(peer_t *p, ruccl_comm_t **comm) {
+  if (p->id == 0) return; /* finishes right away */
+  float a[4] = {1, 2, 3, 4}, b[4];
+  ruccl_tensor_t ta = vec(a, 4), tb = vec(b, 4);
+  ruccl_result_t rc = ruccl_all_reduce(*comm, &ta, &tb, RUCCL_SUM);
+  CHECK(p, rc == RUCCL_ERR_PEER_FINISHED, "after peer 0 finished: %s", ruccl_error_string(rc));
+}
+
+static void *peer_main(void *arg) {
+  peer_t *p = arg;
+  ruccl_comm_t *comm = NULL;
+  ruccl_result_t rc = ruccl_register(p->id, (ruccl_device_t){RUCCL_DEVICE_CPU, 0}, &p->cfg, &comm);
+  if (rc != RUCCL_OK) {
+    fprintf(stderr, "peer %u: register: %s\n", p->id, ruccl_last_error());
+    p->status = 1;
+    return NULL;
+  }
+  unsigned size = 0;
+  ruccl_comm_size(comm, &size);
+  if (size != p->total) {
+    fprintf(stderr, "peer %u: comm size %u, want %u\n", p->id, size, p->total);
+    p->status = 1;
+  }
+  if (!strcmp(p->scenario, "all")) scenario_all(p, comm);
+  else if (!strcmp(p->scenario, "many")) scenario_many(p, comm);
+  else if (!strcmp(p->scenario, "mismatch")) scenario_mismatch(p, comm);
+  else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
+  else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
+  else p->status = 2;
+  ruccl_finish(comm);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 6) {
+    fprintf(stderr, "usage: %s ORCH NUM_NODES GROUP IDS SCENARIO [auto|centralized|tree|ring]\n", argv[0]);
+    return 2;
+  }
+  unsigned num_nodes = (unsigned)atoi(argv[2]);
+  uint32_t ids[MAX_LOCAL];
+  unsigned n = 0;
+  for (char *tok = strtok(argv[4], ","); tok && n < MAX_LOCAL; tok = strtok(NULL, ",")) ids[n++] = (uint32_t)atoi(tok);
+  ruccl_strategy_t s = {RUCCL_STRATEGY_AUTO, 2};
+  if (argc > 6 && !strcmp(argv[6], "centralized")) s.kind = RUCCL_STRATEGY_CENTRALIZED;
+  if (argc > 6 && !strcmp(argv[6], "tree")) s.kind = RUCCL_STRATEGY_TREE;
+  if (argc > 6 && !strcmp(argv[6], "ring")) s.kind = RUCCL_STRATEGY_RING;
+  ruccl_config_t cfg = ruccl_config_default();
+  const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : "";
+  if (ruccl_config_set_num_devices(&cfg, n) || ruccl_config_set_num_nodes(&cfg, num_nodes) ||
+      ruccl_config_set_global_address(&cfg, argv[1]) || ruccl_config_set_node_address(&cfg, "127.0.0.1") ||
+      ruccl_config_set_data_service_port(&cfg, 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
+      ruccl_config_set_secret(&cfg, secret, strlen(secret)) || ruccl_config_set_local_strategy(&cfg, s) ||
+      ruccl_config_set_global_strategy(&cfg, s) || ruccl_config_set_timeout_ms(&cfg, 20000)) {
+    fprintf(stderr, "config: %s\n", ruccl_last_error());
+    return 2;
+  }
+  peer_t peers[MAX_LOCAL];
+  pthread_t threads[MAX_LOCAL];
+  for (unsigned i = 0; i < n; i++) {
+    peers[i] = (peer_t){.id = ids[i], .cfg = cfg, .scenario = argv[5], .total = n * num_nodes};
+    pthread_create(&threads[i], NULL, peer_main, &peers[i]);
+  }
+  int status = 0;
+  for (unsigned i = 0; i < n; i++) {
+    pthread_join(threads[i], NULL);
+    if (peers[i].status > status) status = peers[i].status;
+  }
+  return status;
+}

@@ -1,0 +1,141 @@
+// test_multinode.cc — multi-node sessions as real processes on 127.0.0.1: an
+// in-process orchestrator, and one ruccl-test-node process per node (tests/node_main.c).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ruccl.h"
+
+extern char **environ;
+
+namespace {
+
+const char kSecret[] = "multinode-secret";
+
+struct Orchestrator {
+  ruccl_orchestrator_t *o = nullptr;
+  Orchestrator() {
+    EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_start("127.0.0.1:0", kSecret, strlen(kSecret), &o)) << ruccl_last_error();
+  }
+  ~Orchestrator() { ruccl_orchestrator_stop(o); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(ruccl_orchestrator_port(o)); }
+};
+
+pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSecret) {
+  std::vector<char *> argv;
+  std::string bin = RUCCL_TEST_NODE_BIN;
+  argv.push_back(const_cast<char *>(bin.c_str()));
+  for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_store;
+  for (char **e = environ; *e; e++)
+    if (strncmp(*e, "RUCCL_SECRET=", 13) != 0) env_store.push_back(*e);
+  env_store.push_back(std::string("RUCCL_SECRET=") + secret);
+  std::vector<char *> envp;
+  for (auto &e : env_store) envp.push_back(const_cast<char *>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  EXPECT_EQ(0, posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), envp.data()));
+  return pid;
+}
+
+// Waits for each process (at most limit_s in all, then kills it); returns exit codes
+// (-1 for a process that had to be killed or died by a signal).
+std::vector<int> wait_all(const std::vector<pid_t> &pids, int limit_s = 120) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit_s);
+  std::vector<int> codes(pids.size(), -2);
+  size_t left = pids.size();
+  while (left) {
+    for (size_t i = 0; i < pids.size(); i++) {
+      if (codes[i] != -2) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        codes[i] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        left--;
+      }
+    }
+    if (left && std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); i++)
+        if (codes[i] == -2) {
+          kill(pids[i], SIGKILL);
+          waitpid(pids[i], nullptr, 0);
+          codes[i] = -1;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return codes;
+}
+
+std::vector<int> run_session(const std::vector<std::string> &node_ids, const std::string &group,
+                             const std::string &scenario, const std::string &strategy = "auto") {
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  for (const auto &ids : node_ids)
+    pids.push_back(spawn_node({orch.address(), std::to_string(node_ids.size()), group, ids, scenario, strategy}));
+  return wait_all(pids);
+}
+
+class Strategies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Strategies, TwoNodesTwoDevicesEveryCollective) {
+  // ids interleave across the nodes: peer order is not node order
+  auto codes = run_session({"0,3", "1,2"}, "two-by-two", "all", GetParam());
+  EXPECT_EQ(std::vector<int>({0, 0}), codes);
+}
+
+TEST_P(Strategies, ThreeNodesOneDeviceEveryCollective) {
+  auto codes = run_session({"2", "0", "1"}, "three-by-one", "all", GetParam());
+  EXPECT_EQ(std::vector<int>({0, 0, 0}), codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, Strategies, ::testing::Values("auto", "centralized", "tree", "ring"),
+                         [](const auto &info) { return info.param; });
+
+TEST(MultiNode, TenThousandMixedCollectives) {
+  auto codes = run_session({"0,2", "1,3"}, "many", "many");
+  EXPECT_EQ(std::vector<int>({0, 0}), codes);
+}
+
+TEST(MultiNode, ShapeMismatchIsSeenByEveryPeerAndTheSessionGoesOn) {
+  auto codes = run_session({"0,3", "1,2"}, "mismatch", "mismatch");
+  EXPECT_EQ(std::vector<int>({0, 0}), codes);
+}
+
+TEST(MultiNode, FinishedPeerIsReportedOnOtherNodes) {
+  auto codes = run_session({"0,3", "1,2"}, "finish", "finish");
+  EXPECT_EQ(std::vector<int>({0, 0}), codes);
+}
+
+TEST(MultiNode, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
+  for (const auto &i : ids) pids.push_back(spawn_node({orch.address(), "3", "kill", i, "big", "ring"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // tens of MB are in flight by now
+  kill(pids[1], SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  auto codes = wait_all({pids[0], pids[2]}, 60);
+  waitpid(pids[1], nullptr, 0);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivors must end with RUCCL_ERR_PEER_LOST";
+  EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
+}
+
+TEST(MultiNode, WrongSecretNodeCannotJoin) {
+  Orchestrator orch;
+  pid_t bad = spawn_node({orch.address(), "2", "secret", "0", "all"}, "wrong");
+  auto codes = wait_all({bad}, 60);
+  EXPECT_EQ(std::vector<int>({1}), codes);
+}
+
+}  // namespace
