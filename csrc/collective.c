@@ -176,12 +176,20 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
     case RUCCL_COLL_ALL_GATHER:
       rc = check_tensor(r->in, "input", detail);
       if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK && numel_of(r->in) > INT64_MAX / 8 / (int64_t)n) {
+        rc = RUCCL_ERR_INVALID_ARGUMENT;
+        snprintf(detail, DETAIL_MAX, "%u blocks of the input do not fit in memory", n);
+      }
       if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, numel_of(r->in) * (int64_t)n, 0, detail);
       shape_from = r->in;
       break;
     case RUCCL_COLL_REDUCE_SCATTER:
       if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
       if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK && numel_of(r->out) > INT64_MAX / 8 / (int64_t)n) {
+        rc = RUCCL_ERR_INVALID_ARGUMENT;
+        snprintf(detail, DETAIL_MAX, "%u blocks of the output do not fit in memory", n);
+      }
       if (rc == RUCCL_OK && numel_of(r->in) != numel_of(r->out) * (int64_t)n) {
         char a[96], b[96];
         shape_text(a, sizeof a, r->in->ndim, r->in->shape);
@@ -348,14 +356,14 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_d
   if (!fill || !count) return RUCCL_OK;
   if (ad->host_accessible) {
     if (cdt == t->dtype) memcpy(buf, t->data, count * ruccl_dtype_size(t->dtype));
-    else ruccl_to_compute(t->data, t->dtype, buf, count);
+    else ruccl_to_compute(t->data, t->dtype, buf, cdt, count);
     return RUCCL_OK;
   }
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
   void *raw = cdt == t->dtype ? buf : malloc(raw_bytes);
   if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
   ruccl_result_t rc = ad->to_host(t->device, raw, t->data, raw_bytes);
-  if (rc == RUCCL_OK && raw != buf) ruccl_to_compute(raw, t->dtype, buf, count);
+  if (rc == RUCCL_OK && raw != buf) ruccl_to_compute(raw, t->dtype, buf, cdt, count);
   if (raw != buf) free(raw);
   return rc;
 }
@@ -367,14 +375,14 @@ static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, cons
   if (!count) return RUCCL_OK;
   if (ad->host_accessible) {
     if (cdt == t->dtype) memcpy(t->data, host, count * ruccl_dtype_size(t->dtype));
-    else ruccl_from_compute(host, t->dtype, t->data, count);
+    else ruccl_from_compute(host, cdt, t->data, t->dtype, count);
     return RUCCL_OK;
   }
   if (cdt == t->dtype) return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
   void *raw = malloc(raw_bytes);
   if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
-  ruccl_from_compute(host, t->dtype, raw, count);
+  ruccl_from_compute(host, cdt, raw, t->dtype, count);
   ruccl_result_t rc = ad->from_host(t->device, t->data, raw, raw_bytes);
   free(raw);
   return rc;
@@ -429,7 +437,7 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   const ruccl_tensor_t *typed = in ? in : out;
   /* Reductions run in the compute dtype; data that is only moved keeps its bits. */
   int reduces = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_REDUCE || r->kind == RUCCL_COLL_REDUCE_SCATTER;
-  a->dtype = reduces ? ruccl_compute_dtype(typed->dtype) : typed->dtype;
+  a->dtype = reduces ? ruccl_compute_dtype(typed->dtype, r->op) : typed->dtype;
   a->op = r->op == RUCCL_MEAN ? RUCCL_SUM : r->op;
   a->divisor = r->op == RUCCL_MEAN ? g->n_total : 0;
   a->scratch.get = scratch_get;
@@ -500,7 +508,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
       .n = g->n,
       .me = c->index,
       .members = NULL,
-      .deadline_ns = ruccl_now_ns() + g->config.timeout_ms * 1000000,
+      .deadline_ns = ruccl_deadline_after_ms(g->config.timeout_ms),
   };
   ruccl_team_t net_team = {
       .ops = &ruccl_tcp_ops,

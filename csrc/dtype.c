@@ -33,8 +33,10 @@ const char *ruccl_op_name(ruccl_reduce_op_t op) {
   return (unsigned)op < RUCCL_NUM_REDUCE_OPS ? names[op] : "unknown";
 }
 
-ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt) {
-  return (dt == RUCCL_FLOAT16 || dt == RUCCL_BFLOAT16) ? RUCCL_FLOAT32 : dt;
+ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt, ruccl_reduce_op_t op) {
+  if (dt == RUCCL_FLOAT16 || dt == RUCCL_BFLOAT16) return RUCCL_FLOAT32;
+  if (op == RUCCL_MEAN && (dt == RUCCL_INT8 || dt == RUCCL_UINT8 || dt == RUCCL_INT32)) return RUCCL_INT64;
+  return dt;
 }
 
 static inline uint32_t float_bits(float f) {
@@ -91,8 +93,23 @@ static inline uint16_t float_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count) {
-  if (dt == RUCCL_FLOAT16) {
+#define WIDEN(T)                                      \
+  do {                                                \
+    const T *s = src;                                 \
+    int64_t *d = dst;                                 \
+    for (size_t i = 0; i < count; i++) d[i] = s[i];   \
+  } while (0)
+#define NARROW(T)                                     \
+  do {                                                \
+    const int64_t *s = src;                           \
+    T *d = dst;                                       \
+    for (size_t i = 0; i < count; i++) d[i] = (T)s[i]; \
+  } while (0)
+
+void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, ruccl_dtype_t cdt, size_t count) {
+  if (dt == cdt) {
+    if (src != dst && count) memcpy(dst, src, count * ruccl_dtype_size(dt));
+  } else if (dt == RUCCL_FLOAT16) {
     const uint16_t *s = src;
     float *d = dst;
     for (size_t i = 0; i < count; i++) d[i] = half_to_float(s[i]);
@@ -100,13 +117,20 @@ void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count
     const uint16_t *s = src;
     float *d = dst;
     for (size_t i = 0; i < count; i++) d[i] = bf16_to_float(s[i]);
-  } else if (src != dst && count) {
-    memcpy(dst, src, count * ruccl_dtype_size(dt));
+  } else if (dt == RUCCL_INT8) {
+    WIDEN(int8_t);
+  } else if (dt == RUCCL_UINT8) {
+    WIDEN(uint8_t);
+  } else if (dt == RUCCL_INT32) {
+    WIDEN(int32_t);
   }
 }
 
-void ruccl_from_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count) {
-  if (dt == RUCCL_FLOAT16) {
+/* Narrowing a MEAN is exact: the mean of in-range values is in range. */
+void ruccl_from_compute(const void *src, ruccl_dtype_t cdt, void *dst, ruccl_dtype_t dt, size_t count) {
+  if (dt == cdt) {
+    if (src != dst && count) memcpy(dst, src, count * ruccl_dtype_size(dt));
+  } else if (dt == RUCCL_FLOAT16) {
     const float *s = src;
     uint16_t *d = dst;
     for (size_t i = 0; i < count; i++) d[i] = float_to_half(s[i]);
@@ -114,8 +138,12 @@ void ruccl_from_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t cou
     const float *s = src;
     uint16_t *d = dst;
     for (size_t i = 0; i < count; i++) d[i] = float_to_bf16(s[i]);
-  } else if (src != dst && count) {
-    memcpy(dst, src, count * ruccl_dtype_size(dt));
+  } else if (dt == RUCCL_INT8) {
+    NARROW(int8_t);
+  } else if (dt == RUCCL_UINT8) {
+    NARROW(uint8_t);
+  } else if (dt == RUCCL_INT32) {
+    NARROW(int32_t);
   }
 }
 

@@ -12,13 +12,15 @@ int ruccl_dtype_valid(ruccl_dtype_t dt);
 const char *ruccl_dtype_name(ruccl_dtype_t dt);
 const char *ruccl_op_name(ruccl_reduce_op_t op);
 
-/* Reductions of FLOAT16 and BFLOAT16 run in FLOAT32 and round once at the end. */
-ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt);
+/* The dtype a reduction runs in: FLOAT16 and BFLOAT16 accumulate in FLOAT32 and
+   round once at the end; MEAN of the narrow integers accumulates in INT64, so that
+   the mean of in-range values is right even where their sum would not fit. */
+ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt, ruccl_reduce_op_t op);
 
-/* Converts between a storage dtype and its compute dtype (identity copies where they
-   are the same type). */
-void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count);
-void ruccl_from_compute(const void *src, ruccl_dtype_t dt, void *dst, size_t count);
+/* Converts count elements from a storage dtype to its compute dtype and back
+   (a plain copy where they are the same type). */
+void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, ruccl_dtype_t cdt, size_t count);
+void ruccl_from_compute(const void *src, ruccl_dtype_t cdt, void *dst, ruccl_dtype_t dt, size_t count);
 
 /* dst[i] = a[i] op b[i], then divided by `divisor` when it is non-zero (MEAN's last
    step).  op is SUM, MIN, MAX or PROD; dt is a compute dtype.  dst may be a or b

@@ -26,6 +26,8 @@ struct ruccl_group {
   int in_registry;
   int complete;
   ruccl_result_t failed; /* a failed rendezvous poisons the pending group */
+  unsigned arrived;        /* registrations seen, the poisoned ones included */
+  int64_t tombstone_until; /* a poisoned group answers late arrivals until then */
   unsigned joined;
   struct ruccl_comm **members; /* n slots; sorted by peer id once complete */
   unsigned active;             /* members that have not finished */
@@ -34,7 +36,7 @@ struct ruccl_group {
   atomic_int refs;   /* registry + comms + pending registrants */
   atomic_int reset;  /* ruccl_reset() was called: old handles are stale */
   atomic_int broken; /* a failure in the middle of a collective: the session is unusable */
-  char broken_why[256]; /* written once, under inproc.mu, before broken is set */
+  char broken_why[256]; /* written once (under inproc.mu) before broken is set; or why registration failed */
   atomic_int *finished; /* by peer index */
   uint32_t *peer_ids_store; /* by peer index, filled when complete */
 

@@ -84,12 +84,12 @@ static void registry_remove(ruccl_group_t *g) {
 
 ruccl_result_t ruccl_group_status(const ruccl_group_t *g) {
   if (atomic_load(&g->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
+  /* broken_why is written once, before the store that sets broken: reading it
+     after seeing broken needs no lock (and must take none: waiters call this while
+     holding the transport's mutex). */
   int broken = atomic_load(&g->broken);
   if (broken) {
-    ruccl_group_t *mg = (ruccl_group_t *)g;
-    pthread_mutex_lock(&mg->inproc.mu);
-    ruccl_set_last_error(mg->broken_why);
-    pthread_mutex_unlock(&mg->inproc.mu);
+    ruccl_set_last_error(g->broken_why);
     return (ruccl_result_t)broken;
   }
   return RUCCL_OK;
@@ -179,6 +179,7 @@ static void complete_rendezvous(ruccl_group_t *g) {
   } else if (number_single_node(g) != 0) {
     g->failed = RUCCL_ERR_NO_MEMORY;
     snprintf(g->broken_why, sizeof g->broken_why, "RUCCL_ERR_NO_MEMORY: peer tables");
+    registry_remove(g);
   }
   g->complete = 1;
   g->active = g->n;
@@ -239,6 +240,22 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
       }
     }
   }
+  if (g && g->failed) {
+    /* A poisoned rendezvous: the peers still on their way learn its verdict now
+       rather than waiting out their timeout. */
+    if (ruccl_now_ns() < g->tombstone_until && ++g->arrived <= g->n) {
+      char why[sizeof g->broken_why];
+      memcpy(why, g->broken_why, sizeof why);
+      ruccl_result_t failed = g->failed;
+      if (g->arrived == g->n) registry_remove(g);
+      pthread_mutex_unlock(&registry_mu);
+      comm_free(c);
+      ruccl_set_last_error(why);
+      return failed;
+    }
+    registry_remove(g); /* expired: a fresh session may start under this name */
+    g = NULL;
+  }
   if (g) {
     for (unsigned i = 0; i < g->joined; i++) {
       if (g->members[i]->peer_id == peer_id) {
@@ -255,7 +272,9 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
                "RUCCL_ERR_CONFIG_MISMATCH: peer %u registered in group '%s' with a different %s", peer_id,
                config->group_name, diff);
       pthread_cond_broadcast(&g->registered);
-      registry_remove(g);
+      g->arrived = g->joined + 1;
+      g->tombstone_until = ruccl_deadline_after_ms(g->config.timeout_ms);
+      if (g->arrived >= g->n) registry_remove(g);
       pthread_mutex_unlock(&registry_mu);
       comm_free(c);
       return ruccl_fail(RUCCL_ERR_CONFIG_MISMATCH, "peer %u registered in group '%s' with a different %s", peer_id,
@@ -277,11 +296,13 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   g->members[g->joined++] = c;
   if (g->joined == g->n) complete_rendezvous(g);
 
-  int64_t deadline = ruccl_now_ns() + config->timeout_ms * 1000000;
+  int64_t deadline = ruccl_deadline_after_ms(config->timeout_ms);
   struct timespec ts = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
   int timed_out = 0;
-  while (!g->complete && !g->failed && !atomic_load(&g->reset) && !timed_out)
-    timed_out = pthread_cond_timedwait(&g->registered, &registry_mu, &ts) == ETIMEDOUT;
+  while (!g->complete && !g->failed && !atomic_load(&g->reset) && !timed_out) {
+    int w = pthread_cond_timedwait(&g->registered, &registry_mu, &ts);
+    timed_out = w != 0 && w != EINTR; /* ETIMEDOUT, or a deadline the clock cannot express */
+  }
 
   if (g->complete && !g->failed && !atomic_load(&g->reset) && g->net_state == 1) {
     if (c->index == 0) {

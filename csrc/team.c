@@ -1,5 +1,6 @@
 /* team.c — maps an algorithm's team positions onto global peer indices and hands
    each step to the team's transport. */
+#include <stdint.h>
 #include <time.h>
 
 #include "transport.h"
@@ -8,6 +9,13 @@ int64_t ruccl_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ruccl_deadline_after_ms(int64_t ms) {
+  int64_t now = ruccl_now_ns();
+  if (ms <= 0) return now;
+  if (ms > (INT64_MAX - now) / 1000000) return INT64_MAX;
+  return now + ms * 1000000;
 }
 
 static int global_index(const ruccl_team_t *team, int pos) {

@@ -58,5 +58,7 @@ ruccl_result_t ruccl_team_recv(const ruccl_team_t *team, int peer, void *buf, si
 ruccl_result_t ruccl_team_send_all(const ruccl_team_t *team, const void *buf, size_t bytes);
 
 int64_t ruccl_now_ns(void);
+/* now + ms, saturating at INT64_MAX instead of overflowing. */
+int64_t ruccl_deadline_after_ms(int64_t ms);
 
 #endif

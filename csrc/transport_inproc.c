@@ -94,17 +94,20 @@ static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *
     }
   }
   ruccl_inproc_t *t = &c->group->inproc;
+  const ruccl_group_t *g = c->group;
   for (;;) {
     if (atomic_load(&ch->state) == want) return RUCCL_OK;
     ruccl_result_t rc = blocking_reason(c, peer, deadline_ns);
-    if (rc != RUCCL_OK) return rc;
+    /* The peer may have delivered and then finished between our two loads: its
+       delivery is stored before its finish, so a second look is conclusive. */
+    if (rc != RUCCL_OK) return atomic_load(&ch->state) == want ? RUCCL_OK : rc;
     int64_t wake = ruccl_now_ns() + SLEEP_SLICE_NS;
     if (wake > deadline_ns) wake = deadline_ns;
     struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add(&t->sleepers, 1);
-    if (atomic_load(&ch->state) != want && ruccl_group_status(c->group) == RUCCL_OK &&
-        !atomic_load(&c->group->finished[peer]))
+    if (atomic_load(&ch->state) != want && !atomic_load(&g->reset) && !atomic_load(&g->broken) &&
+        !atomic_load(&g->finished[peer]))
       pthread_cond_timedwait(&t->cv, &t->mu, &ts);
     atomic_fetch_sub(&t->sleepers, 1);
     pthread_mutex_unlock(&t->mu);
@@ -115,7 +118,10 @@ static void retract(ruccl_inproc_t *t, ruccl_inproc_channel_t *ch) {
   int expected = INPROC_POSTED;
   if (atomic_compare_exchange_strong(&ch->state, &expected, INPROC_EMPTY)) return;
   /* The receiver holds it (READING, a bounded copy) or has released it (DONE). */
-  while (atomic_load(&ch->state) == INPROC_READING) cpu_relax();
+  for (unsigned i = 1; atomic_load(&ch->state) == INPROC_READING; i++) {
+    cpu_relax();
+    if ((i & 127) == 0) sched_yield(); /* the reader may be preempted on a busy machine */
+  }
   atomic_store(&ch->state, INPROC_EMPTY);
   ruccl_inproc_wake(t);
 }

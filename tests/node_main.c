@@ -1,7 +1,7 @@
 /* node_main.c — ruccl-test-node: one node of a multi-node test session, run as a
  * real process by test_multinode.cc.
  *
- *   ruccl-test-node ORCH_ADDR NUM_NODES GROUP IDS SCENARIO [STRATEGY]
+ *   ruccl-test-node ORCH_ADDR NUM_NODES GROUP IDS SCENARIO [STRATEGY [DATA_PORT]]
  *
  * IDS is this node's peer ids, comma-separated (one thread each); the session's
  * peers are 0..N-1 across all nodes.  Exit status 0 means every check passed; the
@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
   const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : "";
   if (ruccl_config_set_num_devices(&cfg, n) || ruccl_config_set_num_nodes(&cfg, num_nodes) ||
       ruccl_config_set_global_address(&cfg, argv[1]) || ruccl_config_set_node_address(&cfg, "127.0.0.1") ||
-      ruccl_config_set_data_service_port(&cfg, 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
+      ruccl_config_set_data_service_port(&cfg, argc > 7 ? (unsigned)atoi(argv[7]) : 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
       ruccl_config_set_secret(&cfg, secret, strlen(secret)) || ruccl_config_set_local_strategy(&cfg, s) ||
       ruccl_config_set_global_strategy(&cfg, s) || ruccl_config_set_timeout_ms(&cfg, 20000)) {
     fprintf(stderr, "config: %s\n", ruccl_last_error());

@@ -12,7 +12,11 @@
 #include <thread>
 #include <vector>
 
+extern "C" {
+#include "net/wire.h"
 #include "ruccl.h"
+#include "transport.h"
+}
 
 extern char **environ;
 
@@ -129,6 +133,51 @@ TEST(MultiNode, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivors must end with RUCCL_ERR_PEER_LOST";
   EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
+}
+
+int free_port() {
+  int fd, port;
+  EXPECT_EQ(RUCCL_OK, ruccl_tcp_listen("127.0.0.1", 0, &fd, &port));
+  close(fd);
+  return port;
+}
+
+TEST(MultiNode, StrangersOnADataPortAreRefusedWithoutDisturbingTheSession) {
+  Orchestrator orch;
+  int port = free_port();
+  pid_t a = spawn_node({orch.address(), "2", "strangers", "0,2", "many", "auto", std::to_string(port)});
+  pid_t b = spawn_node({orch.address(), "2", "strangers", "1,3", "many"});
+  int64_t until = ruccl_now_ns() + 1500LL * 1000000;
+  int attempts = 0;
+  while (ruccl_now_ns() < until) {
+    int fd;
+    if (ruccl_tcp_connect("127.0.0.1", port, ruccl_now_ns() + 200000000, &fd) != RUCCL_OK) continue;
+    attempts++;
+    if (attempts % 2) {  // garbage, an oversized frame header included
+      const unsigned char junk[] = {0x52, 0x55, 0x43, 0x43, 0, 2, 0, 0, 0xff, 0xff, 0xff, 0xff, 'x', 'y'};
+      ruccl_write_all(fd, junk, sizeof junk, ruccl_now_ns() + 200000000);
+    } else {  // a client with the wrong secret
+      EXPECT_NE(RUCCL_OK, ruccl_auth_client(fd, "wrong", 5, ruccl_now_ns() + 2000000000LL));
+    }
+    close(fd);
+  }
+  EXPECT_GT(attempts, 2);
+  EXPECT_EQ(std::vector<int>({0, 0}), wait_all({a, b}));
+}
+
+TEST(MultiNode, DataPortInUseIsAnIoError) {
+  Orchestrator orch;
+  ruccl_config_t cfg = ruccl_config_default();
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_num_nodes(&cfg, 2));
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_global_address(&cfg, orch.address().c_str()));
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_node_address(&cfg, "127.0.0.1"));
+  // the orchestrator holds this port
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_data_service_port(&cfg, (unsigned)ruccl_orchestrator_port(orch.o)));
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_timeout_ms(&cfg, 2000));
+  ruccl_comm_t *comm = nullptr;
+  EXPECT_EQ(RUCCL_ERR_IO, ruccl_register(0, {RUCCL_DEVICE_CPU, 0}, &cfg, &comm));
+  EXPECT_NE(nullptr, strstr(ruccl_last_error(), "in use")) << ruccl_last_error();
+  EXPECT_EQ(nullptr, comm);
 }
 
 TEST(MultiNode, WrongSecretNodeCannotJoin) {

@@ -72,7 +72,7 @@ static ruccl_result_t number_peers(ruccl_group_t *g, const ruccl_table_t *t, uns
 
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   const ruccl_config_t *cfg = &g->config;
-  int64_t deadline = ruccl_now_ns() + cfg->timeout_ms * 1000000;
+  int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
