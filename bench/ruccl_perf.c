@@ -3,14 +3,22 @@
  * and in-place), and the same run measures a plain memcpy bandwidth as reference.
  *
  *   ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter]
- *              [-n peers] [-b min_bytes] [-e max_bytes] [-f factor]
+ *              [-n peers] [-N processes] [-b min_bytes] [-e max_bytes] [-f factor]
  *              [-s auto|centralized|tree|ring] [-w warmup] [-i iters]
  *
- * Peers are threads of this process (the in-process transport).  busbw follows
+ * Peers are -n threads of one process (the in-process transport); with -N P > 1,
+ * P processes of -n peers each form a multi-node session on 127.0.0.1 through an
+ * orchestrator this program starts, and the same run measures a raw single-stream
+ * loopback TCP throughput as the reference for the network.  busbw follows
  * nccl-tests: all_reduce x 2(n-1)/n, all_gather and reduce_scatter x (n-1)/n,
  * broadcast and reduce x 1; "size" is the bytes of one peer's full buffer. */
 #define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +31,10 @@ static const char *const coll_names[] = {"all_reduce", "broadcast", "reduce", "a
 
 typedef struct {
   coll_t coll;
-  unsigned peers;
+  unsigned peers; /* per process */
+  unsigned nodes; /* processes */
+  unsigned total; /* peers of all processes */
+  unsigned node;  /* this process */
   size_t min_bytes, max_bytes;
   unsigned factor;
   ruccl_strategy_t strategy;
@@ -47,7 +58,8 @@ static double now_s(void) {
 }
 
 static int parse(int argc, char **argv, options_t *o) {
-  *o = (options_t){C_ALL_REDUCE, 2, 8, 64u << 20, 2, {RUCCL_STRATEGY_AUTO, 2}, 5, 20};
+  *o = (options_t){.coll = C_ALL_REDUCE, .peers = 2, .nodes = 1, .min_bytes = 8, .max_bytes = 64u << 20,
+                   .factor = 2, .strategy = {RUCCL_STRATEGY_AUTO, 2}, .warmup = 5, .iters = 20};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
     if (!strcmp(k, "-c")) {
@@ -56,6 +68,7 @@ static int parse(int argc, char **argv, options_t *o) {
         if (!strcmp(v, coll_names[c])) o->coll = (coll_t)c, found = 1;
       if (!found) return -1;
     } else if (!strcmp(k, "-n")) o->peers = (unsigned)atoi(v);
+    else if (!strcmp(k, "-N")) o->nodes = (unsigned)atoi(v);
     else if (!strcmp(k, "-b")) o->min_bytes = strtoull(v, NULL, 10);
     else if (!strcmp(k, "-e")) o->max_bytes = strtoull(v, NULL, 10);
     else if (!strcmp(k, "-f")) o->factor = (unsigned)atoi(v);
@@ -69,7 +82,8 @@ static int parse(int argc, char **argv, options_t *o) {
       else return -1;
     } else return -1;
   }
-  if (o->peers < 1 || o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->factor < 2 || o->iters < 1) return -1;
+  o->total = o->peers * o->nodes;
+  if (o->peers < 1 || o->nodes < 1 || o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->factor < 2 || o->iters < 1) return -1;
   return 0;
 }
 
@@ -82,7 +96,7 @@ static unsigned num_sizes(const options_t *o) {
 /* Elements of the full per-peer buffer, rounded to what the collective can split. */
 static size_t full_count(const options_t *o, size_t bytes) {
   size_t count = bytes / sizeof(float);
-  if (o->coll == C_ALL_GATHER || o->coll == C_REDUCE_SCATTER) count -= count % o->peers;
+  if (o->coll == C_ALL_GATHER || o->coll == C_REDUCE_SCATTER) count -= count % o->total;
   return count;
 }
 
@@ -94,7 +108,7 @@ static ruccl_tensor_t tensor(float *data, size_t count) {
 
 static ruccl_result_t run_once(const options_t *o, ruccl_comm_t *comm, uint32_t id, float *in, float *out,
                                size_t count) {
-  size_t block = count / o->peers;
+  size_t block = count / o->total;
   ruccl_tensor_t tin = tensor(in, count), tout = tensor(out, count);
   switch (o->coll) {
     case C_ALL_REDUCE: return ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM);
@@ -116,7 +130,7 @@ static ruccl_result_t run_once(const options_t *o, ruccl_comm_t *comm, uint32_t 
 static float value(uint32_t id, size_t i) { return (float)((id + 1) * (i % 7 + 1)); }
 
 static void fill(const options_t *o, uint32_t id, int in_place, float *in, float *out, size_t count) {
-  size_t block = count / o->peers;
+  size_t block = count / o->total;
   for (size_t i = 0; i < count; i++) out[i] = -1.0f;
   float *src = in_place ? out : in;
   if (o->coll == C_ALL_GATHER) {
@@ -128,7 +142,7 @@ static void fill(const options_t *o, uint32_t id, int in_place, float *in, float
 }
 
 static long count_wrong(const options_t *o, uint32_t id, int in_place, const float *out, size_t count) {
-  unsigned n = o->peers;
+  unsigned n = o->total;
   size_t block = count / n;
   float scale = (float)(n * (n + 1) / 2); /* sum of (id + 1) over the peers */
   long wrong = 0;
@@ -217,52 +231,61 @@ static double memcpy_bandwidth(size_t bytes) {
   return gbs;
 }
 
-int main(int argc, char **argv) {
-  options_t o;
-  if (parse(argc, argv, &o) != 0) {
-    fprintf(stderr,
-            "usage: ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter] [-n peers]\n"
-            "                  [-b min_bytes] [-e max_bytes] [-f factor] [-s auto|centralized|tree|ring]\n"
-            "                  [-w warmup] [-i iters]\n");
-    return 2;
-  }
-  unsigned nsizes = num_sizes(&o);
+static int run_node(options_t *o, const char *orchestrator) {
+  unsigned nsizes = num_sizes(o);
   double *times = calloc(nsizes * 2, sizeof *times);
   long *wrong = calloc(nsizes * 2, sizeof *wrong);
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   ruccl_config_t cfg = ruccl_config_default();
-  ruccl_config_set_num_devices(&cfg, o.peers);
-  ruccl_config_set_local_strategy(&cfg, o.strategy);
+  ruccl_config_set_num_devices(&cfg, o->peers);
+  ruccl_config_set_local_strategy(&cfg, o->strategy);
   ruccl_config_set_group_name(&cfg, "ruccl-perf");
-  peer_t *peers = calloc(o.peers, sizeof *peers);
-  pthread_t *threads = calloc(o.peers, sizeof *threads);
-  for (unsigned i = 0; i < o.peers; i++) {
-    peers[i] = (peer_t){.opt = &o, .id = i, .config = cfg, .times = times, .wrong = wrong, .mu = &mu};
+  ruccl_config_set_timeout_ms(&cfg, 120000);
+  if (o->nodes > 1) {
+    ruccl_config_set_global_strategy(&cfg, o->strategy);
+    ruccl_config_set_num_nodes(&cfg, o->nodes);
+    ruccl_config_set_global_address(&cfg, orchestrator);
+    ruccl_config_set_node_address(&cfg, "127.0.0.1");
+    ruccl_config_set_data_service_port(&cfg, 0);
+  }
+  peer_t *peers = calloc(o->peers, sizeof *peers);
+  pthread_t *threads = calloc(o->peers, sizeof *threads);
+  for (unsigned i = 0; i < o->peers; i++) {
+    peers[i] = (peer_t){.opt = o, .id = o->node * o->peers + i, .config = cfg, .times = times, .wrong = wrong, .mu = &mu};
     pthread_create(&threads[i], NULL, peer_main, &peers[i]);
   }
   int failed = 0;
-  for (unsigned i = 0; i < o.peers; i++) {
+  for (unsigned i = 0; i < o->peers; i++) {
     pthread_join(threads[i], NULL);
     failed |= peers[i].failed;
   }
+  if (o->node != 0) {
+    free(times), free(wrong), free(peers), free(threads);
+    return failed ? 1 : 0;
+  }
   static const char *const strategy_names[] = {"auto", "centralized", "tree", "ring"};
-  printf("# ruccl-perf: %s, %u in-process peers, strategy %s, %d warmup + %d iterations\n", coll_names[o.coll],
-         o.peers, strategy_names[o.strategy.kind], o.warmup, o.iters);
+  if (o->nodes > 1)
+    printf("# ruccl-perf: %s, %u processes x %u peers (%s between processes), strategy %s, %d warmup + %d iterations\n",
+           coll_names[o->coll], o->nodes, o->peers, getenv("RUCCL_TRANSPORT") ? getenv("RUCCL_TRANSPORT") : "tcp",
+           strategy_names[o->strategy.kind], o->warmup, o->iters);
+  else
+    printf("# ruccl-perf: %s, %u in-process peers, strategy %s, %d warmup + %d iterations\n", coll_names[o->coll],
+           o->peers, strategy_names[o->strategy.kind], o->warmup, o->iters);
   printf("#%62s %27s\n", "out-of-place", "in-place");
   printf("# %10s %12s %6s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
          "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   printf("# %10s %12s %6s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
          "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-  double n = o.peers, factor = 1;
-  if (o.coll == C_ALL_REDUCE) factor = 2 * (n - 1) / n;
-  else if (o.coll == C_ALL_GATHER || o.coll == C_REDUCE_SCATTER) factor = (n - 1) / n;
-  const int rooted = o.coll == C_BROADCAST || o.coll == C_REDUCE;
-  const int reduces = o.coll == C_ALL_REDUCE || o.coll == C_REDUCE || o.coll == C_REDUCE_SCATTER;
+  double n = o->total, factor = 1;
+  if (o->coll == C_ALL_REDUCE) factor = 2 * (n - 1) / n;
+  else if (o->coll == C_ALL_GATHER || o->coll == C_REDUCE_SCATTER) factor = (n - 1) / n;
+  const int rooted = o->coll == C_BROADCAST || o->coll == C_REDUCE;
+  const int reduces = o->coll == C_ALL_REDUCE || o->coll == C_REDUCE || o->coll == C_REDUCE_SCATTER;
   unsigned k = 0;
   long total_wrong = 0;
   double last_busbw = 0;
-  for (size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor, k++) {
-    size_t count = full_count(&o, bytes);
+  for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor, k++) {
+    size_t count = full_count(o, bytes);
     double sz = (double)count * sizeof(float);
     printf("  %10zu %12zu %6s %6s %5s", (size_t)sz, count, "float", reduces ? "sum" : "none", rooted ? "0" : "-1");
     for (int ip = 0; ip < 2; ip++) {
@@ -273,13 +296,93 @@ int main(int argc, char **argv) {
     }
     printf("\n");
   }
-  double mbw = memcpy_bandwidth(o.max_bytes);
+  double mbw = memcpy_bandwidth(o->max_bytes);
   printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
-  printf("# memcpy bandwidth (%zu B, one thread): %.2f GB/s\n", o.max_bytes, mbw);
-  printf("# busbw at %zu B: %.2f GB/s = %.0f%% of memcpy\n", o.max_bytes, last_busbw, 100 * last_busbw / mbw);
+  printf("# memcpy bandwidth (%zu B, one thread): %.2f GB/s\n", o->max_bytes, mbw);
+  printf("# busbw at %zu B: %.2f GB/s = %.0f%% of memcpy\n", o->max_bytes, last_busbw, 100 * last_busbw / mbw);
   free(times);
   free(wrong);
   free(peers);
   free(threads);
   return failed || total_wrong ? 1 : 0;
+}
+
+/* A raw single-stream loopback TCP throughput: one child process writes, we read. */
+static double socket_throughput(size_t bytes) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1) ||
+      getsockname(ls, (struct sockaddr *)&sa, &len))
+    return 0;
+  int reps = 8;
+  pid_t child = fork();
+  if (child == 0) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) _exit(1);
+    char *buf = malloc(bytes);
+    memset(buf, 7, bytes);
+    for (int r = 0; r < reps; r++)
+      for (size_t off = 0; off < bytes;) {
+        ssize_t w = write(fd, buf + off, bytes - off);
+        if (w <= 0) _exit(1);
+        off += (size_t)w;
+      }
+    _exit(0);
+  }
+  int fd = accept(ls, NULL, NULL);
+  char *buf = malloc(bytes);
+  double t0 = now_s();
+  size_t total = 0;
+  while (total < bytes * (size_t)reps) {
+    ssize_t r = read(fd, buf, bytes);
+    if (r <= 0) break;
+    total += (size_t)r;
+  }
+  double t = now_s() - t0;
+  waitpid(child, NULL, 0);
+  close(fd);
+  close(ls);
+  free(buf);
+  return (double)total / t / 1e9;
+}
+
+int main(int argc, char **argv) {
+  options_t o;
+  if (parse(argc, argv, &o) != 0) {
+    fprintf(stderr,
+            "usage: ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter] [-n peers] [-N processes]\n"
+            "                  [-b min_bytes] [-e max_bytes] [-f factor] [-s auto|centralized|tree|ring]\n"
+            "                  [-w warmup] [-i iters]\n");
+    return 2;
+  }
+  if (o.nodes == 1) return run_node(&o, NULL);
+  ruccl_orchestrator_t *orch;
+  if (ruccl_orchestrator_start("127.0.0.1:0", "", 0, &orch) != RUCCL_OK) {
+    fprintf(stderr, "orchestrator: %s\n", ruccl_last_error());
+    return 1;
+  }
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", ruccl_orchestrator_port(orch));
+  fflush(stdout);
+  pid_t *kids = calloc(o.nodes, sizeof *kids);
+  for (unsigned k = 0; k < o.nodes; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      o.node = k;
+      int rc = run_node(&o, addr);
+      fflush(stdout);
+      _exit(rc);
+    }
+  }
+  int failed = 0;
+  for (unsigned k = 0; k < o.nodes; k++) {
+    int st = 0;
+    waitpid(kids[k], &st, 0);
+    failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+  }
+  ruccl_orchestrator_stop(orch);
+  printf("# raw loopback TCP, one stream (%zu B writes): %.2f GB/s\n", o.max_bytes, socket_throughput(o.max_bytes));
+  free(kids);
+  return failed;
 }
