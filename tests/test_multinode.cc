@@ -1,5 +1,6 @@
 // test_multinode.cc — multi-node sessions as real processes on 127.0.0.1: an
 // in-process orchestrator, and one ruccl-test-node process per node (tests/node_main.c).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -33,7 +35,10 @@ struct Orchestrator {
   std::string address() const { return "127.0.0.1:" + std::to_string(ruccl_orchestrator_port(o)); }
 };
 
-pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSecret) {
+// transport: "" (default: shared memory between processes of this host) or "tcp"
+// (RUCCL_TRANSPORT=tcp); log: a file for the node's stderr, with RUCCL_DEBUG=INFO.
+pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSecret,
+                 const std::string &transport = "", const std::string &log = "") {
   std::vector<char *> argv;
   std::string bin = RUCCL_TEST_NODE_BIN;
   argv.push_back(const_cast<char *>(bin.c_str()));
@@ -41,13 +46,21 @@ pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSec
   argv.push_back(nullptr);
   std::vector<std::string> env_store;
   for (char **e = environ; *e; e++)
-    if (strncmp(*e, "RUCCL_SECRET=", 13) != 0) env_store.push_back(*e);
+    if (strncmp(*e, "RUCCL_SECRET=", 13) != 0 && strncmp(*e, "RUCCL_TRANSPORT=", 16) != 0 &&
+        strncmp(*e, "RUCCL_DEBUG=", 12) != 0)
+      env_store.push_back(*e);
   env_store.push_back(std::string("RUCCL_SECRET=") + secret);
+  if (!transport.empty()) env_store.push_back("RUCCL_TRANSPORT=" + transport);
+  if (!log.empty()) env_store.push_back("RUCCL_DEBUG=INFO");
   std::vector<char *> envp;
   for (auto &e : env_store) envp.push_back(const_cast<char *>(e.c_str()));
   envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log.empty()) posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
-  EXPECT_EQ(0, posix_spawn(&pid, bin.c_str(), nullptr, nullptr, argv.data(), envp.data()));
+  EXPECT_EQ(0, posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), envp.data()));
+  posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
 
@@ -81,33 +94,68 @@ std::vector<int> wait_all(const std::vector<pid_t> &pids, int limit_s = 120) {
 }
 
 std::vector<int> run_session(const std::vector<std::string> &node_ids, const std::string &group,
-                             const std::string &scenario, const std::string &strategy = "auto") {
+                             const std::string &scenario, const std::string &strategy = "auto",
+                             const std::string &transport = "") {
   Orchestrator orch;
   std::vector<pid_t> pids;
   for (const auto &ids : node_ids)
-    pids.push_back(spawn_node({orch.address(), std::to_string(node_ids.size()), group, ids, scenario, strategy}));
+    pids.push_back(spawn_node({orch.address(), std::to_string(node_ids.size()), group, ids, scenario, strategy},
+                              kSecret, transport));
   return wait_all(pids);
 }
 
-class Strategies : public ::testing::TestWithParam<std::string> {};
+// (strategy, transport between the processes)
+class Strategies : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(Strategies, TwoNodesTwoDevicesEveryCollective) {
   // ids interleave across the nodes: peer order is not node order
-  auto codes = run_session({"0,3", "1,2"}, "two-by-two", "all", GetParam());
+  auto [strategy, transport] = GetParam();
+  auto codes = run_session({"0,3", "1,2"}, "two-by-two", "all", strategy, transport);
   EXPECT_EQ(std::vector<int>({0, 0}), codes);
 }
 
 TEST_P(Strategies, ThreeNodesOneDeviceEveryCollective) {
-  auto codes = run_session({"2", "0", "1"}, "three-by-one", "all", GetParam());
+  auto [strategy, transport] = GetParam();
+  auto codes = run_session({"2", "0", "1"}, "three-by-one", "all", strategy, transport);
   EXPECT_EQ(std::vector<int>({0, 0, 0}), codes);
 }
 
-INSTANTIATE_TEST_SUITE_P(MultiNode, Strategies, ::testing::Values("auto", "centralized", "tree", "ring"),
-                         [](const auto &info) { return info.param; });
-
-TEST(MultiNode, TenThousandMixedCollectives) {
-  auto codes = run_session({"0,2", "1,3"}, "many", "many");
+TEST_P(Strategies, TenThousandMixedCollectives) {
+  auto [strategy, transport] = GetParam();
+  auto codes = run_session({"0,2", "1,3"}, "many", "many", strategy, transport);
   EXPECT_EQ(std::vector<int>({0, 0}), codes);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, Strategies,
+                         ::testing::Combine(::testing::Values("auto", "centralized", "tree", "ring"),
+                                            ::testing::Values("shm", "tcp")),
+                         [](const auto &info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+std::string read_file(const std::string &path) {
+  FILE *f = fopen(path.c_str(), "r");
+  std::string text;
+  if (!f) return text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  fclose(f);
+  return text;
+}
+
+TEST(MultiNode, ProcessesOfOneHostUseSharedMemoryUnlessTcpIsForced) {
+  for (std::string transport : {"", "tcp"}) {
+    Orchestrator orch;
+    std::string log0 = "/tmp/ruccl-test-shm-" + std::to_string(getpid()) + "-0.log";
+    std::string log1 = "/tmp/ruccl-test-shm-" + std::to_string(getpid()) + "-1.log";
+    pid_t a = spawn_node({orch.address(), "2", "which", "0", "all"}, kSecret, transport, log0);
+    pid_t b = spawn_node({orch.address(), "2", "which", "1", "all"}, kSecret, transport, log1);
+    EXPECT_EQ(std::vector<int>({0, 0}), wait_all({a, b}));
+    std::string text = read_file(log0) + read_file(log1);
+    bool shm = text.find("shared memory with node") != std::string::npos;
+    EXPECT_EQ(transport.empty(), shm) << "transport '" << transport << "': " << text.substr(0, 2000);
+    unlink(log0.c_str());
+    unlink(log1.c_str());
+  }
 }
 
 TEST(MultiNode, ShapeMismatchIsSeenByEveryPeerAndTheSessionGoesOn) {
@@ -120,11 +168,14 @@ TEST(MultiNode, FinishedPeerIsReportedOnOtherNodes) {
   EXPECT_EQ(std::vector<int>({0, 0}), codes);
 }
 
-TEST(MultiNode, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
+class Transports : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   Orchestrator orch;
   std::vector<pid_t> pids;
   const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  for (const auto &i : ids) pids.push_back(spawn_node({orch.address(), "3", "kill", i, "big", "ring"}));
+  for (const auto &i : ids)
+    pids.push_back(spawn_node({orch.address(), "3", "kill", i, "big", "ring"}, kSecret, GetParam()));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // tens of MB are in flight by now
   kill(pids[1], SIGKILL);
   auto start = std::chrono::steady_clock::now();
@@ -134,6 +185,9 @@ TEST(MultiNode, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivors must end with RUCCL_ERR_PEER_LOST";
   EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
 }
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
+                         [](const auto &info) { return info.param; });
 
 int free_port() {
   int fd, port;

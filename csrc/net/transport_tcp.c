@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,9 @@
 #define POLL_SLICE_MS 50
 #define STRANGER_TIMEOUT_NS (2LL * 1000000000)
 #define RUCCL_FRAME_NODE 20
+#define RUCCL_FRAME_SHM 21     /* lower node -> higher: a segment to use, or none */
+#define RUCCL_FRAME_SHM_ACK 22 /* higher -> lower: opened it, or not */
+#define SPIN_NS 50000          /* shared memory: busy-poll this long before yielding */
 
 enum { MSG_DATA = 1, MSG_ABORT = 2 };
 
@@ -37,7 +41,63 @@ typedef struct {
 typedef struct {
   char group[RUCCL_MAX_GROUP_NAME];
   uint32_t node;
+  char host[40]; /* kernel boot id */
 } node_hello_t;
+
+typedef struct {
+  char name[RUCCL_SHM_NAME_MAX]; /* empty: no shared memory */
+  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
+} shm_offer_t;
+
+/* The lower node of a pair on one host offers a segment; the higher one opens it
+   and says whether it could.  Either way the socket stays for control. */
+static ruccl_result_t offer_shm(ruccl_net_t *net, unsigned node, const char *peer_host, int64_t deadline_ns) {
+  int fd = net->fds[node];
+  char host[40];
+  ruccl_host_id(host);
+  shm_offer_t offer;
+  memset(&offer, 0, sizeof offer);
+  ruccl_shm_link_t link = {0};
+  if (ruccl_shm_allowed() && host[0] && strncmp(host, peer_host, sizeof host) == 0 &&
+      ruccl_shm_create(&link, offer.name, offer.token) != RUCCL_OK)
+    offer.name[0] = 0;
+  ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM, &offer, sizeof offer, deadline_ns);
+  if (rc != RUCCL_OK || !offer.name[0]) {
+    if (offer.name[0]) ruccl_shm_unlink(offer.name), ruccl_shm_close(&link);
+    return rc;
+  }
+  uint32_t ok = 0, len = 0;
+  uint16_t type = 0;
+  rc = ruccl_frame_recv(fd, &type, &ok, sizeof ok, &len, deadline_ns);
+  ruccl_shm_unlink(offer.name); /* both ends have it mapped (or never will) */
+  if (rc == RUCCL_OK && type == RUCCL_FRAME_SHM_ACK && len == sizeof ok && ntohl(ok) == 1) {
+    net->shm[node] = link;
+    ruccl_log(2, "node %u: shared memory with node %u", net->me, node);
+  } else {
+    ruccl_shm_close(&link);
+  }
+  return rc;
+}
+
+static ruccl_result_t accept_shm(ruccl_net_t *net, unsigned node, int64_t deadline_ns) {
+  int fd = net->fds[node];
+  shm_offer_t offer;
+  uint32_t len = 0;
+  uint16_t type = 0;
+  ruccl_result_t rc = ruccl_frame_recv(fd, &type, &offer, sizeof offer, &len, deadline_ns);
+  if (rc != RUCCL_OK) return rc;
+  if (type != RUCCL_FRAME_SHM || len != sizeof offer)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u: expected a shared-memory offer from node %u", net->me, node);
+  offer.name[sizeof offer.name - 1] = 0;
+  if (!offer.name[0]) return RUCCL_OK;
+  ruccl_shm_link_t link = {0};
+  uint32_t ok = ruccl_shm_allowed() && ruccl_shm_open(&link, offer.name, offer.token) == RUCCL_OK;
+  uint32_t wire = htonl(ok);
+  rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM_ACK, &wire, sizeof wire, deadline_ns);
+  if (rc == RUCCL_OK && ok) net->shm[node] = link;
+  else if (ok) ruccl_shm_close(&link);
+  return rc;
+}
 
 ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned port) {
   net->listen_fd = -1;
@@ -68,7 +128,8 @@ static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigne
           node > net->me && node < net->num_nodes && net->fds[node] < 0) {
         net->fds[node] = fd;
         *from = node;
-        return RUCCL_OK;
+        hello.host[sizeof hello.host - 1] = 0;
+        return offer_shm(net, node, hello.host, deadline_ns);
       }
     }
     ruccl_log(1, "node %u: refused a connection on the data port (%s)", net->me,
@@ -99,8 +160,9 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
   net->num_nodes = table->num_nodes;
   net->me = me;
   net->fds = malloc(sizeof(int) * net->num_nodes);
+  net->shm = calloc(net->num_nodes, sizeof *net->shm);
   net->bounce = malloc(BOUNCE_BYTES);
-  if (!net->fds || !net->bounce) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
+  if (!net->fds || !net->shm || !net->bounce) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
   for (unsigned i = 0; i < net->num_nodes; i++) net->fds[i] = -1;
   for (unsigned j = 0; j < me; j++) {
     const ruccl_join_t *n = &table->nodes[j];
@@ -112,14 +174,19 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
       memset(&hello, 0, sizeof hello);
       snprintf(hello.group, sizeof hello.group, "%s", net->group);
       hello.node = htonl(me);
+      ruccl_host_id(hello.host);
       rc = ruccl_frame_send(fd, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns);
+    }
+    if (rc == RUCCL_OK) {
+      net->fds[j] = fd;
+      rc = accept_shm(net, j, deadline_ns);
     }
     if (rc != RUCCL_OK) {
       if (fd >= 0) close(fd);
+      net->fds[j] = -1;
       return ruccl_fail(rc, "node %u cannot connect to node %u at %s:%u: %s", me, j, n->address, n->data_port,
                         ruccl_last_error());
     }
-    net->fds[j] = fd;
   }
   for (unsigned k = me + 1; k < net->num_nodes; k++) {
     unsigned from;
@@ -158,8 +225,12 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
     pthread_join(net->guard, NULL);
     net->guard_running = 0;
   }
-  for (unsigned i = 0; net->fds && i < net->num_nodes; i++)
+  for (unsigned i = 0; net->fds && i < net->num_nodes; i++) {
     if (net->fds[i] >= 0) close(net->fds[i]);
+    if (net->shm) ruccl_shm_close(&net->shm[i]);
+  }
+  free(net->shm);
+  net->shm = NULL;
   if (net->listen_fd >= 0) close(net->listen_fd);
   if (net->wake[0] >= 0) close(net->wake[0]);
   if (net->wake[1] >= 0) close(net->wake[1]);
@@ -174,6 +245,7 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
 
 typedef struct {
   int fd, node;
+  ruccl_shm_link_t *shm; /* NULL: the socket carries the data */
   msg_header_t hdr;
   size_t hdr_done;
   const char *buf;
@@ -182,6 +254,7 @@ typedef struct {
 
 typedef struct {
   int fd, node;
+  ruccl_shm_link_t *shm;
   msg_header_t hdr;
   size_t hdr_done;
   size_t len, done; /* payload bytes expected and consumed */
@@ -215,7 +288,13 @@ static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
       p = o->buf + o->done;
       n = o->len - o->done;
     }
-    ssize_t w = send(o->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w;
+    if (o->shm) {
+      w = (ssize_t)ruccl_shm_write(o->shm, p, n);
+      if (w == 0) return RUCCL_OK; /* ring full */
+    } else {
+      w = send(o->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RUCCL_OK;
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return lost(net, o->fd, o->node, "sending");
@@ -272,7 +351,13 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
     } else {
       return RUCCL_OK;
     }
-    ssize_t r = recv(in->fd, p, n, MSG_DONTWAIT);
+    ssize_t r;
+    if (in->shm) {
+      r = (ssize_t)ruccl_shm_read(in->shm, p, n);
+      if (r == 0) return RUCCL_OK; /* ring empty */
+    } else {
+      r = recv(in->fd, p, n, MSG_DONTWAIT);
+    }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RUCCL_OK;
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) errno = 0;
@@ -300,13 +385,36 @@ static ruccl_result_t session_state(const ruccl_net_t *net) {
   return RUCCL_OK;
 }
 
-static ruccl_result_t tcp_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* A shared-memory link's socket carries no data: readable means an ABORT or a
+   closed connection, so the other node is gone. */
+static ruccl_result_t check_shm_sockets(ruccl_net_t *net, const out_state_t *o, const in_state_t *in) {
+  struct pollfd p[2];
+  int np = 0, nodes[2];
+  if (o->shm) nodes[np] = o->node, p[np++] = (struct pollfd){.fd = o->fd, .events = POLLIN};
+  if (in->shm && !(o->shm && o->fd == in->fd)) nodes[np] = in->node, p[np++] = (struct pollfd){.fd = in->fd, .events = POLLIN};
+  if (np == 0 || poll(p, (nfds_t)np, 0) <= 0) return RUCCL_OK;
+  for (int i = 0; i < np; i++)
+    if (p[i].revents) {
+      errno = 0;
+      return lost(net, p[i].fd, nodes[i], "waiting on shared memory");
+    }
+  return RUCCL_OK;
+}
+
+static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
   ruccl_net_t *net = endpoint;
   out_state_t o = {.fd = -1};
   in_state_t in = {.fd = -1};
   if (x->send_peer != RUCCL_NO_PEER) {
     o.node = x->send_peer;
     o.fd = net->fds[x->send_peer];
+    o.shm = net->shm[x->send_peer].map ? &net->shm[x->send_peer] : NULL;
     o.buf = x->send_buf;
     o.len = x->send_bytes;
     uint64_t len = x->send_bytes;
@@ -315,14 +423,44 @@ static ruccl_result_t tcp_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
   if (x->recv_peer != RUCCL_NO_PEER) {
     in.node = x->recv_peer;
     in.fd = net->fds[x->recv_peer];
+    in.shm = net->shm[x->recv_peer].map ? &net->shm[x->recv_peer] : NULL;
     in.len = x->recv_bytes;
     in.x = x;
   }
   if (atomic_load(&net->aborted)) return ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
-  for (;;) {
+  int64_t idle_since = 0;
+  for (unsigned spins = 0;; spins++) {
+    size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
+    ruccl_result_t rc = RUCCL_OK;
+    if (o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len)) rc = pump_out(net, &o);
+    if (rc == RUCCL_OK && in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len)) rc = pump_in(net, &in);
+    if (rc != RUCCL_OK) return rc;
     int out_busy = o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len);
     int in_busy = in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len);
     if (!out_busy && !in_busy) return RUCCL_OK;
+    int progress = o.hdr_done + o.done + in.hdr_done + in.done != before;
+    int64_t now = 0;
+    if ((spins & 255) == 0 || !progress) {
+      now = ruccl_now_ns();
+      if (now >= deadline_ns)
+        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d", net->me,
+                          in_busy ? in.node : o.node);
+      rc = session_state(net);
+      if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, &in);
+      if (rc != RUCCL_OK) return rc;
+    }
+    if (progress) {
+      idle_since = 0;
+      continue;
+    }
+    if ((out_busy && o.shm) || (in_busy && in.shm)) {
+      /* shared memory: spin briefly (waking a sleeper costs tens of microseconds),
+         then yield the core */
+      if (!idle_since) idle_since = now;
+      if (now - idle_since < SPIN_NS) cpu_relax();
+      else sched_yield();
+      continue;
+    }
     struct pollfd p[2];
     int np = 0;
     if (out_busy) p[np++] = (struct pollfd){.fd = o.fd, .events = POLLOUT};
@@ -330,30 +468,13 @@ static ruccl_result_t tcp_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
       if (np && p[0].fd == in.fd) p[0].events |= POLLIN;
       else p[np++] = (struct pollfd){.fd = in.fd, .events = POLLIN};
     }
-    int64_t left_ms = (deadline_ns - ruccl_now_ns()) / 1000000;
-    if (left_ms <= 0)
-      return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d", net->me,
-                        in_busy ? in.node : o.node);
+    int64_t left_ms = (deadline_ns - now) / 1000000 + 1;
     int r = poll(p, (nfds_t)np, left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS);
     if (r < 0 && errno != EINTR) return ruccl_fail(RUCCL_ERR_IO, "poll: %s", strerror(errno));
-    ruccl_result_t rc = session_state(net);
-    if (rc != RUCCL_OK) return rc;
-    if (r <= 0) continue;
-    for (int i = 0; i < np; i++) {
-      if (!p[i].revents) continue;
-      if (in_busy && p[i].fd == in.fd && (p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
-        rc = pump_in(net, &in);
-        if (rc != RUCCL_OK) return rc;
-      }
-      if (out_busy && p[i].fd == o.fd && (p[i].revents & (POLLOUT | POLLERR | POLLHUP))) {
-        rc = pump_out(net, &o);
-        if (rc != RUCCL_OK) return rc;
-      }
-    }
   }
 }
 
 const ruccl_transport_ops_t ruccl_tcp_ops = {
     .name = "tcp",
-    .xfer = tcp_xfer,
+    .xfer = net_xfer,
 };

@@ -1,5 +1,6 @@
-/* transport_tcp.h — the TCP transport between the nodes of a session: one
-   authenticated socket per pair of nodes, driven by each node's leader thread. */
+/* transport_tcp.h — the transport between the nodes of a session: one
+   authenticated socket per pair of nodes, driven by each node's leader thread, and
+   a shared-memory data path instead of the socket's where both nodes share a host. */
 #ifndef RUCCL_TRANSPORT_TCP_H
 #define RUCCL_TRANSPORT_TCP_H
 
@@ -8,10 +9,12 @@
 
 #include "../transport.h"
 #include "bootstrap_wire.h"
+#include "shm_link.h"
 
 typedef struct ruccl_net {
   unsigned num_nodes, me;
-  int *fds;       /* by node index; -1 for me */
+  int *fds;       /* by node index; -1 for me.  Always open: control, ABORT, liveness */
+  ruccl_shm_link_t *shm; /* by node index: the data path to a node of this host (map NULL: TCP) */
   int listen_fd;  /* the data service, kept open to refuse strangers during the session */
   int data_port;
   int orchestrator_fd;

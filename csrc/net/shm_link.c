@@ -1,0 +1,134 @@
+/* shm_link.c — shared-memory rings between two node processes of one host.
+ *
+ * One segment holds two rings, one per direction.  Each ring is a byte stream with
+ * a producer counter and a consumer counter on their own cache lines; the producer
+ * publishes bytes with a release store of its counter, the consumer frees space
+ * with a release store of its own.  The stream carries the same framed messages as
+ * a TCP socket, so the transport above treats both alike. */
+#include "shm_link.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../error.h"
+
+#define RING_BYTES (4u << 20)
+
+struct ruccl_shm_ring {
+  _Alignas(64) atomic_uint_fast64_t head; /* bytes ever written */
+  _Alignas(64) atomic_uint_fast64_t tail; /* bytes ever read */
+  _Alignas(64) unsigned char data[RING_BYTES];
+};
+
+typedef struct {
+  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
+  _Alignas(64) ruccl_shm_ring_t ring[2]; /* [0]: creator -> opener, [1]: opener -> creator */
+} segment_t;
+
+int ruccl_shm_allowed(void) {
+  const char *t = getenv("RUCCL_TRANSPORT");
+  return !(t && strcmp(t, "tcp") == 0);
+}
+
+void ruccl_host_id(char out[40]) {
+  memset(out, 0, 40);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f) return;
+  if (!fgets(out, 40, f)) out[0] = 0;
+  fclose(f);
+}
+
+static ruccl_result_t map_segment(int fd, ruccl_shm_link_t *l, int creator) {
+  void *p = mmap(NULL, sizeof(segment_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return ruccl_fail(RUCCL_ERR_IO, "mmap of the shared-memory segment failed");
+  segment_t *s = p;
+  l->map = p;
+  l->map_len = sizeof(segment_t);
+  l->tx = &s->ring[creator ? 0 : 1];
+  l->rx = &s->ring[creator ? 1 : 0];
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MAX],
+                                unsigned char token[RUCCL_SHM_TOKEN_BYTES]) {
+  unsigned char rnd[8];
+  if (RAND_bytes(rnd, sizeof rnd) != 1 || RAND_bytes(token, RUCCL_SHM_TOKEN_BYTES) != 1)
+    return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a shared-memory segment");
+  snprintf(name, RUCCL_SHM_NAME_MAX, "/ruccl-%d-%02x%02x%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0], rnd[1],
+           rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return ruccl_fail(RUCCL_ERR_IO, "shm_open(%s) failed", name);
+  if (ftruncate(fd, (off_t)sizeof(segment_t)) != 0) {
+    close(fd);
+    shm_unlink(name);
+    return ruccl_fail(RUCCL_ERR_IO, "cannot size the shared-memory segment %s", name);
+  }
+  ruccl_result_t rc = map_segment(fd, l, 1);
+  if (rc != RUCCL_OK) {
+    shm_unlink(name);
+    return rc;
+  }
+  segment_t *s = l->map;
+  memcpy(s->token, token, RUCCL_SHM_TOKEN_BYTES);
+  for (int i = 0; i < 2; i++) {
+    atomic_init(&s->ring[i].head, 0);
+    atomic_init(&s->ring[i].tail, 0);
+  }
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_shm_open(ruccl_shm_link_t *l, const char *name,
+                              const unsigned char token[RUCCL_SHM_TOKEN_BYTES]) {
+  int fd = shm_open(name, O_RDWR, 0600);
+  if (fd < 0) return ruccl_fail(RUCCL_ERR_IO, "shm_open(%s) failed: not the same host", name);
+  ruccl_result_t rc = map_segment(fd, l, 0);
+  if (rc != RUCCL_OK) return rc;
+  if (memcmp(((segment_t *)l->map)->token, token, RUCCL_SHM_TOKEN_BYTES) != 0) {
+    ruccl_shm_close(l);
+    return ruccl_fail(RUCCL_ERR_IO, "shared-memory segment %s is not the one offered", name);
+  }
+  return RUCCL_OK;
+}
+
+void ruccl_shm_unlink(const char *name) { shm_unlink(name); }
+
+void ruccl_shm_close(ruccl_shm_link_t *l) {
+  if (l->map) munmap(l->map, l->map_len);
+  memset(l, 0, sizeof *l);
+}
+
+size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
+  ruccl_shm_ring_t *r = l->tx;
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  size_t free_bytes = RING_BYTES - (size_t)(head - tail);
+  if (len > free_bytes) len = free_bytes;
+  if (!len) return 0;
+  size_t at = (size_t)(head % RING_BYTES), first = RING_BYTES - at < len ? RING_BYTES - at : len;
+  memcpy(r->data + at, buf, first);
+  memcpy(r->data, (const char *)buf + first, len - first);
+  atomic_store_explicit(&r->head, head + len, memory_order_release);
+  return len;
+}
+
+size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
+  ruccl_shm_ring_t *r = l->rx;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  size_t avail = (size_t)(head - tail);
+  if (len > avail) len = avail;
+  if (!len) return 0;
+  size_t at = (size_t)(tail % RING_BYTES), first = RING_BYTES - at < len ? RING_BYTES - at : len;
+  memcpy(buf, r->data + at, first);
+  memcpy((char *)buf + first, r->data, len - first);
+  atomic_store_explicit(&r->tail, tail + len, memory_order_release);
+  return len;
+}

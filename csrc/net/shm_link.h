@@ -1,0 +1,38 @@
+/* shm_link.h — the shared-memory data path between two node processes of one host:
+   a pair of single-producer single-consumer byte rings in one mapped segment. */
+#ifndef RUCCL_SHM_LINK_H
+#define RUCCL_SHM_LINK_H
+
+#include <stddef.h>
+
+#include "ruccl.h"
+
+#define RUCCL_SHM_NAME_MAX 64
+#define RUCCL_SHM_TOKEN_BYTES 16
+
+typedef struct ruccl_shm_ring ruccl_shm_ring_t;
+
+typedef struct {
+  ruccl_shm_ring_t *tx, *rx;
+  void *map;
+  size_t map_len;
+} ruccl_shm_link_t;
+
+/* The creator maps a fresh segment and writes a random token into it; the peer
+   opens it by name and proves it reached the same memory by reading the token. */
+ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MAX],
+                                unsigned char token[RUCCL_SHM_TOKEN_BYTES]);
+ruccl_result_t ruccl_shm_open(ruccl_shm_link_t *l, const char *name, const unsigned char token[RUCCL_SHM_TOKEN_BYTES]);
+void ruccl_shm_unlink(const char *name);
+void ruccl_shm_close(ruccl_shm_link_t *l);
+
+/* Non-blocking: the bytes moved (0 when the ring is full / empty). */
+size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len);
+size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len);
+
+/* Whether this host's processes may use shared memory (RUCCL_TRANSPORT=tcp says no). */
+int ruccl_shm_allowed(void);
+/* This kernel's boot id: processes that share it share a host. */
+void ruccl_host_id(char out[40]);
+
+#endif
