@@ -453,14 +453,16 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
       idle_since = 0;
       continue;
     }
+    /* Spin briefly before sleeping: waking a sleeping process costs tens of
+       microseconds here.  Shared memory then yields the core; sockets poll. */
+    if (!idle_since) idle_since = now;
+    int spinning = now - idle_since < SPIN_NS;
     if ((out_busy && o.shm) || (in_busy && in.shm)) {
-      /* shared memory: spin briefly (waking a sleeper costs tens of microseconds),
-         then yield the core */
-      if (!idle_since) idle_since = now;
-      if (now - idle_since < SPIN_NS) cpu_relax();
+      if (spinning) cpu_relax();
       else sched_yield();
       continue;
     }
+    if (spinning) continue;
     struct pollfd p[2];
     int np = 0;
     if (out_busy) p[np++] = (struct pollfd){.fd = o.fd, .events = POLLOUT};
