@@ -45,20 +45,20 @@ static ruccl_strategy_t normalized(ruccl_strategy_t s) {
   return s;
 }
 
+static ruccl_result_t set_strategy(ruccl_strategy_t *field, ruccl_strategy_t s) {
+  ruccl_result_t rc = check_strategy(s);
+  if (rc == RUCCL_OK) *field = normalized(s);
+  return rc;
+}
+
 ruccl_result_t ruccl_config_set_local_strategy(ruccl_config_t *c, ruccl_strategy_t s) {
   NEED_CONFIG(c);
-  ruccl_result_t rc = check_strategy(s);
-  if (rc != RUCCL_OK) return rc;
-  c->local_strategy = normalized(s);
-  return RUCCL_OK;
+  return set_strategy(&c->local_strategy, s);
 }
 
 ruccl_result_t ruccl_config_set_global_strategy(ruccl_config_t *c, ruccl_strategy_t s) {
   NEED_CONFIG(c);
-  ruccl_result_t rc = check_strategy(s);
-  if (rc != RUCCL_OK) return rc;
-  c->global_strategy = normalized(s);
-  return RUCCL_OK;
+  return set_strategy(&c->global_strategy, s);
 }
 
 ruccl_result_t ruccl_config_set_num_nodes(ruccl_config_t *c, unsigned n) {

@@ -222,12 +222,8 @@ static void *serve(void *arg) {
 static void *accept_loop(void *arg) {
   ruccl_orchestrator_t *o = arg;
   for (;;) {
-    struct pollfd p[2] = {{.fd = o->listen_fd, .events = POLLIN}, {.fd = o->wake[0], .events = POLLIN}};
-    if (poll(p, 2, -1) < 0) continue;
-    if (p[1].revents) return NULL;
-    if (!(p[0].revents & POLLIN)) continue;
-    int fd = accept4(o->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    int fd = ruccl_accept_until_woken(o->listen_fd, o->wake[0]);
+    if (fd < 0) return NULL;
     conn_t *c = calloc(1, sizeof *c);
     if (!c) {
       close(fd);

@@ -141,12 +141,8 @@ static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigne
 static void *guard_main(void *arg) {
   ruccl_net_t *net = arg;
   for (;;) {
-    struct pollfd p[2] = {{.fd = net->listen_fd, .events = POLLIN}, {.fd = net->wake[0], .events = POLLIN}};
-    if (poll(p, 2, -1) < 0) continue;
-    if (p[1].revents) return NULL;
-    if (!(p[0].revents & POLLIN)) continue;
-    int fd = accept4(net->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    int fd = ruccl_accept_until_woken(net->listen_fd, net->wake[0]);
+    if (fd < 0) return NULL;
     /* The session is complete: whoever this is, it is refused (after the handshake,
        so that a stranger learns nothing but a wrong secret learns it is wrong). */
     ruccl_auth_server(fd, net->secret, net->secret_len, ruccl_now_ns() + STRANGER_TIMEOUT_NS);

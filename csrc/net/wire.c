@@ -125,6 +125,19 @@ ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns
   }
 }
 
+int ruccl_accept_until_woken(int listen_fd, int wake_fd) {
+  for (;;) {
+    struct pollfd p[2] = {{.fd = listen_fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) continue;
+    if (p[1].revents) return -1;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    tune(fd);
+    return fd;
+  }
+}
+
 ruccl_result_t ruccl_tcp_accept(int listen_fd, int64_t deadline_ns, int *fd_out) {
   for (;;) {
     struct pollfd p = {.fd = listen_fd, .events = POLLIN};

@@ -37,6 +37,9 @@ ruccl_result_t ruccl_split_host_port(const char *host_port, char *host, size_t h
 ruccl_result_t ruccl_tcp_listen(const char *host, int port, int *fd, int *bound_port);
 /* Connects, retrying refused connections until the deadline (RUCCL_ERR_TIMEOUT). */
 ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns, int *fd);
+/* For server threads: waits for a connection on listen_fd or a byte on wake_fd.
+   Returns the accepted socket, or -1 once wake_fd is readable (time to stop). */
+int ruccl_accept_until_woken(int listen_fd, int wake_fd);
 /* Accepts one connection, or RUCCL_ERR_TIMEOUT at the deadline. */
 ruccl_result_t ruccl_tcp_accept(int listen_fd, int64_t deadline_ns, int *fd);
 
