@@ -10,7 +10,7 @@
  *   many      10 000 consecutive mixed small collectives
  *   mismatch  peer 0 passes another shape: everyone must see SHAPE_MISMATCH, then
  *             the next all-reduce must work
- *   big       all-reduces of 16 MB until one fails; exits 3 if that failure was
+ *   big       all-reduces of 32 MB until one fails; exits 3 if that failure was
  *             PEER_LOST (a killed node), else 1
  *   finish    peer 0 finishes at once; everyone else's next all-reduce must fail
  *             with PEER_FINISHED
@@ -146,7 +146,7 @@ static void scenario_mismatch(peer_t *p, ruccl_comm_t *comm) {
 }
 
 static void scenario_big(peer_t *p, ruccl_comm_t *comm) {
-  size_t count = 4u << 20; /* 16 MB */
+  size_t count = 8u << 20; /* 32 MB */
   float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
   for (size_t i = 0; i < count; i++) a[i] = 1.0f;
   ruccl_tensor_t ta = vec(a, count), tb = vec(b, count);
