@@ -67,10 +67,31 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
     close(fd);
     return rc;
   }
-  qsort(table->nodes, table->num_nodes, sizeof *table->nodes, by_min_id);
+  ruccl_table_sort(table);
   *fd_out = fd;
   return RUCCL_OK;
 }
+
+void ruccl_table_sort(ruccl_table_t *table) {
+  qsort(table->nodes, table->num_nodes, sizeof *table->nodes, by_min_id);
+}
+
+static ruccl_result_t orchestrator_join(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me,
+                                        int64_t deadline_ns, int *handle, ruccl_table_t *table) {
+  (void)ctx;
+  return ruccl_bootstrap_join(cfg->global_address, cfg->secret, cfg->secret_len, me, deadline_ns, handle, table);
+}
+
+static void orchestrator_leave(void *ctx, int handle) {
+  (void)ctx;
+  ruccl_bootstrap_leave(handle);
+}
+
+const ruccl_bootstrap_t ruccl_orchestrator_bootstrap = {
+    .name = "orchestrator",
+    .join = orchestrator_join,
+    .leave = orchestrator_leave,
+};
 
 void ruccl_bootstrap_leave(int fd) {
   if (fd < 0) return;

@@ -14,4 +14,21 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
                                     const ruccl_join_t *me, int64_t deadline_ns, int *fd, ruccl_table_t *table);
 void ruccl_bootstrap_leave(int fd);
 
+/* The seam a session's rendezvous goes through: the orchestrator by default; the
+   PyTorch backend puts torch's own key-value store behind the same two calls
+   (every node publishes its JOIN under the group's key and reads the others'), so
+   that no extra server is needed there.  join fills the table sorted as above;
+   handle is whatever leave needs (the orchestrator's socket). */
+typedef struct {
+  const char *name;
+  ruccl_result_t (*join)(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me, int64_t deadline_ns,
+                         int *handle, ruccl_table_t *table);
+  void (*leave)(void *ctx, int handle);
+  void *ctx;
+} ruccl_bootstrap_t;
+
+extern const ruccl_bootstrap_t ruccl_orchestrator_bootstrap;
+/* Sorts a table's nodes by their smallest peer id: every node numbers them alike. */
+void ruccl_table_sort(ruccl_table_t *table);
+
 #endif

@@ -72,6 +72,7 @@ static ruccl_result_t number_peers(ruccl_group_t *g, const ruccl_table_t *t, uns
 
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   const ruccl_config_t *cfg = &g->config;
+  const ruccl_bootstrap_t *bootstrap = &ruccl_orchestrator_bootstrap;
   int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
@@ -79,6 +80,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   memcpy(net->secret, cfg->secret, cfg->secret_len);
   net->secret_len = cfg->secret_len;
   net->reset = &g->reset;
+  net->bootstrap = bootstrap;
   net->broken = &g->broken;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
   if (rc != RUCCL_OK) {
@@ -96,8 +98,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
     me->data_port = (uint32_t)net->data_port;
     me->num_local = g->n;
     for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
-    rc = ruccl_bootstrap_join(cfg->global_address, cfg->secret, cfg->secret_len, me, deadline,
-                              &net->orchestrator_fd, &table);
+    rc = bootstrap->join(bootstrap->ctx, cfg, me, deadline, &net->orchestrator_fd, &table);
   }
   unsigned my_node = 0;
   if (rc == RUCCL_OK) {
@@ -111,7 +112,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   ruccl_table_free(&table);
   free(me);
   if (rc != RUCCL_OK) {
-    ruccl_bootstrap_leave(net->orchestrator_fd);
+    bootstrap->leave(bootstrap->ctx, net->orchestrator_fd);
     ruccl_net_close(net, 0);
     free(net);
     return rc;
@@ -124,7 +125,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
 
 void ruccl_session_close(ruccl_group_t *g, int finished) {
   if (!g->net) return;
-  ruccl_bootstrap_leave(g->net->orchestrator_fd);
+  const ruccl_bootstrap_t *bootstrap = g->net->bootstrap;
+  bootstrap->leave(bootstrap->ctx, g->net->orchestrator_fd);
   ruccl_net_close(g->net, finished);
   free(g->net);
   g->net = NULL;

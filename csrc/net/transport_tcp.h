@@ -17,7 +17,8 @@ typedef struct ruccl_net {
   ruccl_shm_link_t *shm; /* by node index: the data path to a node of this host (map NULL: TCP) */
   int listen_fd;  /* the data service, kept open to refuse strangers during the session */
   int data_port;
-  int orchestrator_fd;
+  int orchestrator_fd;   /* the rendezvous handle (the orchestrator's socket) */
+  const void *bootstrap; /* the ruccl_bootstrap_t that joined, to leave through */
   pthread_t guard; /* accepts and drops connections after the session is set up */
   int guard_running;
   int wake[2];
