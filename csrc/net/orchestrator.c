@@ -11,6 +11,7 @@
  * short-lived, and a blocked stranger cannot stall anyone else. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -204,6 +205,9 @@ static void *serve(void *arg) {
     }
   }
   free(buf);
+  /* Free this thread's OpenSSL state now: stop() waits for `live`, not for the
+     thread's exit, and the process may end right after it. */
+  OPENSSL_thread_stop();
   pthread_mutex_lock(&o->mu);
   leave_session(o, c);
   for (conn_t **p = &o->conns; *p; p = &(*p)->next)

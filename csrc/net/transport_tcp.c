@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -142,7 +143,10 @@ static void *guard_main(void *arg) {
   ruccl_net_t *net = arg;
   for (;;) {
     int fd = ruccl_accept_until_woken(net->listen_fd, net->wake[0]);
-    if (fd < 0) return NULL;
+    if (fd < 0) {
+      OPENSSL_thread_stop();
+      return NULL;
+    }
     /* The session is complete: whoever this is, it is refused (after the handshake,
        so that a stranger learns nothing but a wrong secret learns it is wrong). */
     ruccl_auth_server(fd, net->secret, net->secret_len, ruccl_now_ns() + STRANGER_TIMEOUT_NS);
