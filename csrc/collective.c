@@ -49,6 +49,11 @@ const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
   return (unsigned)kind < RUCCL_COLL_NUM_KINDS ? names[kind] : "unknown";
 }
 
+/* Whether a kind of collective reduces (and so takes an op and a compute dtype). */
+static int kind_reduces(int32_t kind) {
+  return kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_REDUCE || kind == RUCCL_COLL_REDUCE_SCATTER;
+}
+
 /* ---- local checks ---------------------------------------------------------------- */
 
 static int64_t numel_of(const ruccl_tensor_t *t) {
@@ -141,9 +146,7 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
   const ruccl_tensor_t *shape_from = NULL;
   ruccl_result_t rc = RUCCL_OK;
   char *detail = d->detail;
-  int reduces = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_REDUCE ||
-                r->kind == RUCCL_COLL_REDUCE_SCATTER;
-  if (reduces && (unsigned)r->op >= RUCCL_NUM_REDUCE_OPS) {
+  if (kind_reduces(r->kind) && (unsigned)r->op >= RUCCL_NUM_REDUCE_OPS) {
     rc = RUCCL_ERR_INVALID_ARGUMENT;
     snprintf(detail, DETAIL_MAX, "reduce op %d is not a ruccl_reduce_op_t", (int)r->op);
   }
@@ -249,9 +252,7 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
              RUCCL_ERR_SHAPE_MISMATCH;
     }
   }
-  int reduces = a->kind == RUCCL_COLL_ALL_REDUCE || a->kind == RUCCL_COLL_REDUCE ||
-                a->kind == RUCCL_COLL_REDUCE_SCATTER;
-  for (unsigned i = 1; reduces && i < n; i++)
+  for (unsigned i = 1; kind_reduces(a->kind) && i < n; i++)
     if (all[i].op != a->op)
       return snprintf(msg, VERDICT_MAX, "%s #%" PRIu64 ": peer %u reduces with %s, peer %u with %s", kind,
                       a->seq, ids[0], ruccl_op_name(a->op), ids[i], ruccl_op_name(all[i].op)),
@@ -355,8 +356,7 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_d
   *host = buf;
   if (!fill || !count) return RUCCL_OK;
   if (ad->host_accessible) {
-    if (cdt == t->dtype) memcpy(buf, t->data, count * ruccl_dtype_size(t->dtype));
-    else ruccl_to_compute(t->data, t->dtype, buf, cdt, count);
+    ruccl_to_compute(t->data, t->dtype, buf, cdt, count);
     return RUCCL_OK;
   }
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
@@ -374,8 +374,7 @@ static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, cons
   size_t count = (size_t)numel_of(t);
   if (!count) return RUCCL_OK;
   if (ad->host_accessible) {
-    if (cdt == t->dtype) memcpy(t->data, host, count * ruccl_dtype_size(t->dtype));
-    else ruccl_from_compute(host, cdt, t->data, t->dtype, count);
+    ruccl_from_compute(host, cdt, t->data, t->dtype, count);
     return RUCCL_OK;
   }
   if (cdt == t->dtype) return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
@@ -436,8 +435,7 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   p->writes_out = out && (r->kind != RUCCL_COLL_REDUCE || r->root_peer == c->peer_id);
   const ruccl_tensor_t *typed = in ? in : out;
   /* Reductions run in the compute dtype; data that is only moved keeps its bits. */
-  int reduces = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_REDUCE || r->kind == RUCCL_COLL_REDUCE_SCATTER;
-  a->dtype = reduces ? ruccl_compute_dtype(typed->dtype, r->op) : typed->dtype;
+  a->dtype = kind_reduces(r->kind) ? ruccl_compute_dtype(typed->dtype, r->op) : typed->dtype;
   a->op = r->op == RUCCL_MEAN ? RUCCL_SUM : r->op;
   a->divisor = r->op == RUCCL_MEAN ? g->n_total : 0;
   a->scratch.get = scratch_get;

@@ -19,19 +19,22 @@
 
 static void *slot(ruccl_comm_t *c, int k, size_t bytes) { return ruccl_comm_scratch(c, k, bytes); }
 
-static ruccl_args_t local_args(const ruccl_args_t *a, const void *src, void *dst, size_t count, unsigned root) {
+/* The arguments of one phase that does not divide: every local phase, and the
+   leaders' moves (broadcast, all-gather).  MEAN's division is the leaders' job. */
+static ruccl_args_t phase_args(const ruccl_args_t *a, const void *src, void *dst, size_t count, unsigned root,
+                               unsigned arity) {
   ruccl_args_t l = *a;
   l.src = src;
   l.dst = dst;
   l.count = count;
   l.root = root;
   l.divisor = 0;
+  l.arity = arity;
   return l;
 }
 
 static ruccl_result_t hier_all_reduce(const ruccl_hier_t *h, const ruccl_args_t *a) {
-  ruccl_args_t l = local_args(a, a->src, a->dst, a->count, LEADER);
-  l.arity = h->local_arity;
+  ruccl_args_t l = phase_args(a, a->src, a->dst, a->count, LEADER, h->local_arity);
   ruccl_result_t rc = h->local->reduce(h->local_team, &l);
   if (rc == RUCCL_OK && h->net_team) {
     ruccl_args_t n = *a;
@@ -40,8 +43,7 @@ static ruccl_result_t hier_all_reduce(const ruccl_hier_t *h, const ruccl_args_t 
     rc = h->global->all_reduce(h->net_team, &n);
   }
   if (rc != RUCCL_OK) return rc;
-  ruccl_args_t b = local_args(a, a->dst, a->dst, a->count, LEADER);
-  b.arity = h->local_arity;
+  ruccl_args_t b = phase_args(a, a->dst, a->dst, a->count, LEADER, h->local_arity);
   return h->local->broadcast(h->local_team, &b);
 }
 
@@ -50,24 +52,20 @@ static ruccl_result_t hier_broadcast(const ruccl_hier_t *h, const ruccl_args_t *
   unsigned root_node = g->node_of[a->root], root_local = g->local_of[a->root];
   ruccl_result_t rc = RUCCL_OK;
   if (g->node_index == root_node) {
-    ruccl_args_t l = local_args(a, a->src, a->dst, a->count, root_local);
-    l.arity = h->local_arity;
+    ruccl_args_t l = phase_args(a, a->src, a->dst, a->count, root_local, h->local_arity);
     rc = h->local->broadcast(h->local_team, &l);
     if (rc == RUCCL_OK && h->net_team) {
-      ruccl_args_t n = local_args(a, a->dst, a->dst, a->count, root_node);
-      n.arity = h->global_arity;
+      ruccl_args_t n = phase_args(a, a->dst, a->dst, a->count, root_node, h->global_arity);
       rc = h->global->broadcast(h->net_team, &n);
     }
     return rc;
   }
   if (h->net_team) {
-    ruccl_args_t n = local_args(a, NULL, a->dst, a->count, root_node);
-    n.arity = h->global_arity;
+    ruccl_args_t n = phase_args(a, NULL, a->dst, a->count, root_node, h->global_arity);
     rc = h->global->broadcast(h->net_team, &n);
   }
   if (rc != RUCCL_OK) return rc;
-  ruccl_args_t l = local_args(a, a->dst, a->dst, a->count, LEADER);
-  l.arity = h->local_arity;
+  ruccl_args_t l = phase_args(a, a->dst, a->dst, a->count, LEADER, h->local_arity);
   return h->local->broadcast(h->local_team, &l);
 }
 
@@ -82,8 +80,7 @@ static ruccl_result_t hier_reduce(const ruccl_hier_t *h, const ruccl_args_t *a) 
     acc = slot(c, 3, bytes);
     if (!acc) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node reduce buffer");
   }
-  ruccl_args_t l = local_args(a, a->src, acc, a->count, LEADER);
-  l.arity = h->local_arity;
+  ruccl_args_t l = phase_args(a, a->src, acc, a->count, LEADER, h->local_arity);
   ruccl_result_t rc = h->local->reduce(h->local_team, &l);
   if (rc == RUCCL_OK && h->net_team) {
     void *result = NULL;
@@ -117,15 +114,13 @@ static ruccl_result_t hier_all_gather(const ruccl_hier_t *h, const ruccl_args_t 
   }
   ruccl_result_t rc = ruccl_algo_gather_to(h->local_team, LEADER, a->src, node_blocks, a->count, elem);
   if (rc == RUCCL_OK && h->net_team) {
-    ruccl_args_t n = local_args(a, node_blocks, all_blocks, n_local * a->count, 0);
-    n.arity = h->global_arity;
+    ruccl_args_t n = phase_args(a, node_blocks, all_blocks, n_local * a->count, 0, h->global_arity);
     rc = h->global->all_gather(h->net_team, &n);
     for (size_t i = 0; rc == RUCCL_OK && i < g->n_total; i++) /* node-major -> peer order */
       memcpy((char *)a->dst + (size_t)g->node_members[i] * block, all_blocks + i * block, block);
   }
   if (rc != RUCCL_OK) return rc;
-  ruccl_args_t b = local_args(a, a->dst, a->dst, (size_t)g->n_total * a->count, LEADER);
-  b.arity = h->local_arity;
+  ruccl_args_t b = phase_args(a, a->dst, a->dst, (size_t)g->n_total * a->count, LEADER, h->local_arity);
   return h->local->broadcast(h->local_team, &b);
 }
 
@@ -139,8 +134,7 @@ static ruccl_result_t hier_reduce_scatter(const ruccl_hier_t *h, const ruccl_arg
     node_major = slot(c, 4, total * block);
     if (!summed || !node_major) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node reduce-scatter buffers");
   }
-  ruccl_args_t l = local_args(a, a->src, summed, total * a->count, LEADER);
-  l.arity = h->local_arity;
+  ruccl_args_t l = phase_args(a, a->src, summed, total * a->count, LEADER, h->local_arity);
   ruccl_result_t rc = h->local->reduce(h->local_team, &l);
   if (rc == RUCCL_OK && h->net_team) {
     for (size_t i = 0; i < total; i++) /* peer order -> node-major */

@@ -96,7 +96,7 @@ ruccl_result_t ruccl_group_status(const ruccl_group_t *g) {
 }
 
 void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
-  if (code == RUCCL_OK || code == RUCCL_ERR_RESET) {
+  if (code == RUCCL_ERR_RESET) { /* reset already marks the group: only wake the waiters */
     ruccl_inproc_wake(&g->inproc);
     return;
   }
@@ -369,7 +369,7 @@ ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
     if (last) registry_remove(g);
     pthread_mutex_unlock(&registry_mu);
     if (last) ruccl_session_close(g, 1); /* the node leaves the orchestrator cleanly */
-    ruccl_group_break(g, RUCCL_OK); /* wakes peers waiting for us */
+    ruccl_inproc_wake(&g->inproc); /* peers waiting for us see that we finished */
     ruccl_log(2, "peer %u finished its session in group '%s'", c->peer_id, g->config.group_name);
   }
   comm_free(c);

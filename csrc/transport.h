@@ -58,6 +58,18 @@ ruccl_result_t ruccl_team_recv(const ruccl_team_t *team, int peer, void *buf, si
 ruccl_result_t ruccl_team_send_all(const ruccl_team_t *team, const void *buf, size_t bytes);
 
 int64_t ruccl_now_ns(void);
+
+/* Waits spin this long before sleeping or yielding: waking a sleeping thread or
+   process costs tens of microseconds on these machines. */
+#define RUCCL_SPIN_NS 50000
+
+static inline void ruccl_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 /* now + ms, saturating at INT64_MAX instead of overflowing. */
 int64_t ruccl_deadline_after_ms(int64_t ms);
 

@@ -24,7 +24,6 @@
 
 enum { INPROC_EMPTY, INPROC_POSTED, INPROC_READING, INPROC_DONE };
 
-#define SPIN_NS 50000        /* busy-poll this long before sleeping */
 #define SLEEP_SLICE_NS 20000000 /* sleepers re-check state at least this often */
 
 int ruccl_inproc_init(ruccl_inproc_t *t, unsigned n) {
@@ -60,14 +59,6 @@ void ruccl_inproc_wake(ruccl_inproc_t *t) {
   }
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int64_t deadline_ns) {
   ruccl_result_t rc = ruccl_group_status(c->group);
   if (rc != RUCCL_OK) return rc;
@@ -84,10 +75,10 @@ static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int6
 static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *ch, int want, unsigned peer,
                                  int64_t deadline_ns) {
   if (atomic_load(&ch->state) == want) return RUCCL_OK;
-  int64_t spin_until = ruccl_now_ns() + SPIN_NS;
+  int64_t spin_until = ruccl_now_ns() + RUCCL_SPIN_NS;
   for (unsigned i = 1;; i++) {
     if (atomic_load(&ch->state) == want) return RUCCL_OK;
-    cpu_relax();
+    ruccl_cpu_relax();
     if ((i & 127) == 0) {
       if (ruccl_now_ns() >= spin_until) break;
       sched_yield();
@@ -119,7 +110,7 @@ static void retract(ruccl_inproc_t *t, ruccl_inproc_channel_t *ch) {
   if (atomic_compare_exchange_strong(&ch->state, &expected, INPROC_EMPTY)) return;
   /* The receiver holds it (READING, a bounded copy) or has released it (DONE). */
   for (unsigned i = 1; atomic_load(&ch->state) == INPROC_READING; i++) {
-    cpu_relax();
+    ruccl_cpu_relax();
     if ((i & 127) == 0) sched_yield(); /* the reader may be preempted on a busy machine */
   }
   atomic_store(&ch->state, INPROC_EMPTY);

@@ -30,7 +30,6 @@
 #define RUCCL_FRAME_NODE 20
 #define RUCCL_FRAME_SHM 21     /* lower node -> higher: a segment to use, or none */
 #define RUCCL_FRAME_SHM_ACK 22 /* higher -> lower: opened it, or not */
-#define SPIN_NS 50000          /* shared memory: busy-poll this long before yielding */
 
 enum { MSG_DATA = 1, MSG_ABORT = 2 };
 
@@ -385,12 +384,6 @@ static ruccl_result_t session_state(const ruccl_net_t *net) {
   return RUCCL_OK;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 /* A shared-memory link's socket carries no data: readable means an ABORT or a
    closed connection, so the other node is gone. */
 static ruccl_result_t check_shm_sockets(ruccl_net_t *net, const out_state_t *o, const in_state_t *in) {
@@ -456,9 +449,9 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     /* Spin briefly before sleeping: waking a sleeping process costs tens of
        microseconds here.  Shared memory then yields the core; sockets poll. */
     if (!idle_since) idle_since = now;
-    int spinning = now - idle_since < SPIN_NS;
+    int spinning = now - idle_since < RUCCL_SPIN_NS;
     if ((out_busy && o.shm) || (in_busy && in.shm)) {
-      if (spinning) cpu_relax();
+      if (spinning) ruccl_cpu_relax();
       else sched_yield();
       continue;
     }
