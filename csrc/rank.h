@@ -59,7 +59,6 @@ struct ruccl_comm {
   unsigned global_index; /* position in peer order across all nodes */
   ruccl_device_t device;
   uint64_t seq; /* collectives started on this handle */
-  uint32_t *peer_ids; /* by index; owned by the group, read-only once complete */
   void *scratch[RUCCL_SCRATCH_SLOTS];
   size_t scratch_cap[RUCCL_SCRATCH_SLOTS];
 };

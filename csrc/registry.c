@@ -172,7 +172,6 @@ static void complete_rendezvous(ruccl_group_t *g) {
   for (unsigned i = 0; i < g->n; i++) {
     g->members[i]->index = i;
     g->peer_ids_store[i] = g->members[i]->peer_id;
-    g->members[i]->peer_ids = g->peer_ids_store;
   }
   if (ruccl_config_is_multi_node(&g->config)) {
     g->net_state = 1; /* local index 0 connects the nodes; the others wait for it */

@@ -64,10 +64,10 @@ static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int6
   if (rc != RUCCL_OK) return rc;
   if (atomic_load(&c->group->finished[peer]))
     return ruccl_fail(RUCCL_ERR_PEER_FINISHED, "peer %u is waiting for peer %u, which has finished its session",
-                      c->peer_id, c->peer_ids[peer]);
+                      c->peer_id, c->group->peer_ids_store[peer]);
   if (ruccl_now_ns() >= deadline_ns)
     return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u (timeout %lld ms)", c->peer_id,
-                      c->peer_ids[peer], (long long)c->group->config.timeout_ms);
+                      c->group->peer_ids_store[peer], (long long)c->group->config.timeout_ms);
   return RUCCL_OK;
 }
 
@@ -130,7 +130,7 @@ static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsi
   ruccl_result_t rc = RUCCL_OK;
   if (ch->bytes != x->recv_bytes) {
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected %zu bytes from peer %u, got %zu", c->peer_id,
-                    x->recv_bytes, c->peer_ids[from], ch->bytes);
+                    x->recv_bytes, c->group->peer_ids_store[from], ch->bytes);
   } else if (x->recv_bytes) {
     if (x->reduce_local) {
       size_t count = x->recv_bytes / ruccl_dtype_size(x->dtype);
