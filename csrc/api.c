@@ -13,6 +13,11 @@ ruccl_result_t ruccl_broadcast(ruccl_comm_t *comm, const ruccl_tensor_t *send, r
   return ruccl_collective_run(comm, &r);
 }
 
+ruccl_result_t ruccl_broadcast_from(ruccl_comm_t *comm, ruccl_tensor_t *tensor, uint32_t root_peer) {
+  ruccl_request_t r = {.kind = RUCCL_COLL_BROADCAST, .out = tensor, .root_peer = root_peer, .root_named = 1};
+  return ruccl_collective_run(comm, &r);
+}
+
 ruccl_result_t ruccl_reduce(ruccl_comm_t *comm, const ruccl_tensor_t *in, ruccl_tensor_t *out,
                             ruccl_reduce_op_t op, uint32_t root_peer) {
   ruccl_request_t r = {.kind = RUCCL_COLL_REDUCE, .in = in, .out = out, .op = op, .root_peer = root_peer};

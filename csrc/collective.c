@@ -23,7 +23,7 @@
 #include "rank.h"
 #include "tensor_device.h"
 
-#define DETAIL_MAX 192
+#define DETAIL_MAX RUCCL_DETAIL_MAX
 #define VERDICT_MAX 448
 
 typedef struct {
@@ -31,6 +31,7 @@ typedef struct {
   int32_t kind, dtype, op, ndim;
   int64_t shape[RUCCL_MAX_DIMS];
   uint32_t root_id;
+  int32_t root_named; /* broadcast */
   int32_t sender;
   int32_t local_error;
   char detail[DETAIL_MAX];
@@ -77,7 +78,7 @@ static int same_shape(const ruccl_tensor_t *a, const ruccl_tensor_t *b) {
 }
 
 /* A tensor the core can work on, or why not. */
-static ruccl_result_t check_tensor(const ruccl_tensor_t *t, const char *what, char *detail) {
+ruccl_result_t ruccl_check_tensor(const ruccl_tensor_t *t, const char *what, char *detail) {
   if (!t) return snprintf(detail, DETAIL_MAX, "%s tensor is NULL", what), RUCCL_ERR_INVALID_ARGUMENT;
   if (!ruccl_dtype_valid(t->dtype))
     return snprintf(detail, DETAIL_MAX, "%s dtype %d is not a ruccl_dtype_t", what, (int)t->dtype),
@@ -127,8 +128,7 @@ static ruccl_result_t check_pair(const ruccl_tensor_t *in, const ruccl_tensor_t 
   return RUCCL_OK;
 }
 
-/* The global index of a peer id, or -1 when it is no participant. */
-static int index_of_peer(const ruccl_comm_t *c, uint32_t id) {
+int ruccl_peer_index(const ruccl_comm_t *c, uint32_t id) {
   const ruccl_group_t *g = c->group;
   for (unsigned i = 0; i < g->n_total; i++)
     if (g->all_ids[i] == id) return (int)i;
@@ -152,33 +152,38 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
   }
   switch (r->kind) {
     case RUCCL_COLL_ALL_REDUCE:
-      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
-      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->out, "output", detail);
       if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, 0, 1, detail);
       shape_from = r->in;
       break;
     case RUCCL_COLL_BROADCAST:
       d->sender = r->in != NULL;
-      rc = check_tensor(r->out, "output", detail);
-      if (rc == RUCCL_OK && r->in) rc = check_tensor(r->in, "send", detail);
+      d->root_named = r->root_named;
+      rc = ruccl_check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK && r->root_named && ruccl_peer_index(c, r->root_peer) < 0) {
+        rc = RUCCL_ERR_INVALID_ARGUMENT;
+        snprintf(detail, DETAIL_MAX, "root %u is not a participant", r->root_peer);
+      }
+      if (rc == RUCCL_OK && r->in) rc = ruccl_check_tensor(r->in, "send", detail);
       if (rc == RUCCL_OK && r->in) rc = check_pair(r->in, r->out, 0, 1, detail);
       shape_from = r->out;
       break;
     case RUCCL_COLL_REDUCE:
-      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
-      if (rc == RUCCL_OK && index_of_peer(c, r->root_peer) < 0) {
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK && ruccl_peer_index(c, r->root_peer) < 0) {
         rc = RUCCL_ERR_INVALID_ARGUMENT;
         snprintf(detail, DETAIL_MAX, "root %u is not a participant", r->root_peer);
       }
       if (rc == RUCCL_OK && r->root_peer == c->peer_id) {
-        rc = check_tensor(r->out, "root output", detail);
+        rc = ruccl_check_tensor(r->out, "root output", detail);
         if (rc == RUCCL_OK) rc = check_pair(r->in, r->out, 0, 1, detail);
       }
       shape_from = r->in;
       break;
     case RUCCL_COLL_ALL_GATHER:
-      rc = check_tensor(r->in, "input", detail);
-      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      rc = ruccl_check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->out, "output", detail);
       if (rc == RUCCL_OK && numel_of(r->in) > INT64_MAX / 8 / (int64_t)n) {
         rc = RUCCL_ERR_INVALID_ARGUMENT;
         snprintf(detail, DETAIL_MAX, "%u blocks of the input do not fit in memory", n);
@@ -187,8 +192,8 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
       shape_from = r->in;
       break;
     case RUCCL_COLL_REDUCE_SCATTER:
-      if (rc == RUCCL_OK) rc = check_tensor(r->in, "input", detail);
-      if (rc == RUCCL_OK) rc = check_tensor(r->out, "output", detail);
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->in, "input", detail);
+      if (rc == RUCCL_OK) rc = ruccl_check_tensor(r->out, "output", detail);
       if (rc == RUCCL_OK && numel_of(r->out) > INT64_MAX / 8 / (int64_t)n) {
         rc = RUCCL_ERR_INVALID_ARGUMENT;
         snprintf(detail, DETAIL_MAX, "%u blocks of the output do not fit in memory", n);
@@ -262,6 +267,15 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
       return snprintf(msg, VERDICT_MAX, "reduce #%" PRIu64 ": peer %u names root %u, peer %u names root %u", a->seq,
                       ids[0], a->root_id, ids[i], all[i].root_id),
              RUCCL_ERR_ROOT_MISMATCH;
+  for (unsigned i = 1; a->kind == RUCCL_COLL_BROADCAST && i < n; i++)
+    if (all[i].root_named != a->root_named || (a->root_named && all[i].root_id != a->root_id)) {
+      char ra[32] = "none (a send tensor)", rb[32] = "none (a send tensor)";
+      if (a->root_named) snprintf(ra, sizeof ra, "%u", a->root_id);
+      if (all[i].root_named) snprintf(rb, sizeof rb, "%u", all[i].root_id);
+      return snprintf(msg, VERDICT_MAX, "broadcast #%" PRIu64 ": peer %u names root %s, peer %u names root %s",
+                      a->seq, ids[0], ra, ids[i], rb),
+             RUCCL_ERR_ROOT_MISMATCH;
+    }
   if (a->kind == RUCCL_COLL_BROADCAST) {
     unsigned senders = 0;
     for (unsigned i = 0; i < n; i++) senders += all[i].sender != 0;
@@ -343,7 +357,7 @@ static void *scratch_get(void *ctx, int slot, size_t bytes) { return ruccl_comm_
 
 /* Host memory of dtype cdt (t's own, or its compute dtype) holding t's elements
    (fill: copied in from t). */
-static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
+ruccl_result_t ruccl_stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
                                void **host) {
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
@@ -368,7 +382,7 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_d
   return rc;
 }
 
-static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
+ruccl_result_t ruccl_stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
   if (host == t->data) return RUCCL_OK;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
@@ -442,17 +456,17 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   a->scratch.ctx = c;
   switch (r->kind) {
     case RUCCL_COLL_BROADCAST: a->count = (size_t)numel_of(out); break;
-    case RUCCL_COLL_REDUCE: a->count = (size_t)numel_of(in); a->root = (unsigned)index_of_peer(c, r->root_peer); break;
+    case RUCCL_COLL_REDUCE: a->count = (size_t)numel_of(in); a->root = (unsigned)ruccl_peer_index(c, r->root_peer); break;
     case RUCCL_COLL_REDUCE_SCATTER: a->count = (size_t)numel_of(out); break;
     default: a->count = (size_t)numel_of(in); break;
   }
   void *src = NULL, *dst = NULL;
   ruccl_result_t rc = RUCCL_OK;
-  if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
+  if (in) rc = ruccl_stage_in(c, in, a->dtype, 1, 1, &src);
   int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
   if (rc == RUCCL_OK && p->writes_out) {
     if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
-    else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
+    else rc = ruccl_stage_in(c, out, a->dtype, 2, 0, &dst);
   }
   /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
   static char empty[16];
@@ -488,12 +502,15 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
               ruccl_coll_kind_name(r->kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
     rc = ruccl_hier_run(&h, r->kind, a);
   }
-  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, a->dtype, p->dst);
+  if (rc == RUCCL_OK && p->writes_out) rc = ruccl_stage_out(r->out, a->dtype, p->dst);
   return rc;
 }
 
-ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *r) {
-  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ruccl_coll_kind_name(r->kind));
+ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req) {
+  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ruccl_coll_kind_name(req->kind));
+  ruccl_request_t named = *req;
+  if (req->kind == RUCCL_COLL_BROADCAST && req->root_named) named.in = req->root_peer == c->peer_id ? req->out : NULL;
+  const ruccl_request_t *r = &named;
   ruccl_group_t *g = c->group;
   if (atomic_load(&g->reset))
     return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "peer %u: this handle was discarded by ruccl_reset()", c->peer_id);

@@ -19,7 +19,8 @@ typedef struct {
   const ruccl_tensor_t *in; /* broadcast: the sender's tensor (NULL on receivers) */
   ruccl_tensor_t *out;      /* reduce: meaningful on the root only */
   ruccl_reduce_op_t op;
-  uint32_t root_peer; /* reduce */
+  uint32_t root_peer; /* reduce; broadcast when root_named */
+  int root_named;     /* broadcast: root_peer sends `out` (ruccl_broadcast_from); in is unused */
 } ruccl_request_t;
 
 /* Agrees with every participant on the call, then runs it.  Returns the same code
@@ -27,5 +28,19 @@ typedef struct {
 ruccl_result_t ruccl_collective_run(ruccl_comm_t *comm, const ruccl_request_t *req);
 
 const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind);
+
+/* Shared with the point-to-point calls (p2p.c). */
+#define RUCCL_DETAIL_MAX 192
+/* RUCCL_OK, or why t cannot take part (INVALID_ARGUMENT, UNSUPPORTED, DEVICE) in
+   detail (RUCCL_DETAIL_MAX bytes). */
+ruccl_result_t ruccl_check_tensor(const ruccl_tensor_t *t, const char *what, char *detail);
+/* The global index of a peer id, or -1 when it is no participant. */
+int ruccl_peer_index(const ruccl_comm_t *c, uint32_t id);
+/* Host memory of dtype cdt holding t's elements: t's own when the host can reach it
+   and the dtype is t's, else scratch slot `slot` (fill: copied in from t). */
+ruccl_result_t ruccl_stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
+                              void **host);
+/* Writes host (dtype cdt) back into t unless host is t's own memory. */
+ruccl_result_t ruccl_stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host);
 
 #endif

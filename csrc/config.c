@@ -123,6 +123,17 @@ ruccl_result_t ruccl_config_set_group_name(ruccl_config_t *c, const char *name) 
   return copy_text(c->group_name, sizeof c->group_name, name, "group name");
 }
 
+ruccl_result_t ruccl_config_set_store(ruccl_config_t *c, const ruccl_store_t *store) {
+  NEED_CONFIG(c);
+  if (!store || !store->set || !store->get || !store->add)
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "store is NULL or lacks set, get or add");
+  c->store = *store;
+  c->multi_node_set |= RUCCL_CONFIG_GLOBAL_ADDRESS;
+  return RUCCL_OK;
+}
+
+int ruccl_config_has_store(const ruccl_config_t *c) { return c->store.set != NULL; }
+
 ruccl_result_t ruccl_config_validate(const ruccl_config_t *c) {
   NEED_CONFIG(c);
   if (c->num_devices == 0 || c->num_devices > RUCCL_MAX_LOCAL_PEERS)
@@ -163,6 +174,9 @@ const char *ruccl_config_difference(const ruccl_config_t *a, const ruccl_config_
     return "global strategy";
   if (a->num_nodes != b->num_nodes || a->multi_node_set != b->multi_node_set) return "num_nodes";
   if (strcmp(a->global_address, b->global_address) != 0) return "global address";
+  if (a->store.set != b->store.set || a->store.get != b->store.get || a->store.add != b->store.add ||
+      a->store.ctx != b->store.ctx)
+    return "store";
   if (a->secret_len != b->secret_len || memcmp(a->secret, b->secret, a->secret_len) != 0) return "secret";
   return NULL;
 }

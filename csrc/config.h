@@ -11,6 +11,8 @@
    the four multi-node settings). */
 ruccl_result_t ruccl_config_validate(const ruccl_config_t *c);
 int ruccl_config_is_multi_node(const ruccl_config_t *c);
+/* The rendezvous goes through a key-value store (ruccl_config_set_store). */
+int ruccl_config_has_store(const ruccl_config_t *c);
 /* NULL when a and b agree on everything the peers must agree on, else the name of
    the first field that differs. */
 const char *ruccl_config_difference(const ruccl_config_t *a, const ruccl_config_t *b);

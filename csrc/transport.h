@@ -29,6 +29,10 @@ typedef struct {
   ruccl_dtype_t dtype;
   ruccl_reduce_op_t op;
   unsigned divisor;
+  /* A point-to-point message (ruccl_send/recv), not a collective's: each side says
+     which kind it sends and expects, and a receiver that finds the other kind fails
+     with RUCCL_ERR_PROTOCOL instead of taking the bytes. */
+  int p2p;
 } ruccl_xfer_t;
 
 typedef struct ruccl_transport_ops {

@@ -128,7 +128,11 @@ static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsi
     /* the sender retracted between our load and our claim: wait again */
   }
   ruccl_result_t rc = RUCCL_OK;
-  if (ch->bytes != x->recv_bytes) {
+  if (ch->p2p != x->p2p) {
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected a %s message from peer %u, got a %s one", c->peer_id,
+                    x->p2p ? "point-to-point" : "collective", c->group->peer_ids_store[from],
+                    ch->p2p ? "point-to-point" : "collective");
+  } else if (ch->bytes != x->recv_bytes) {
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected %zu bytes from peer %u, got %zu", c->peer_id,
                     x->recv_bytes, c->group->peer_ids_store[from], ch->bytes);
   } else if (x->recv_bytes) {
@@ -152,6 +156,7 @@ static ruccl_result_t inproc_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t
     out = &t->channels[(size_t)c->index * t->n + (unsigned)x->send_peer];
     out->ptr = x->send_buf;
     out->bytes = x->send_bytes;
+    out->p2p = x->p2p;
     atomic_store(&out->state, INPROC_POSTED);
     ruccl_inproc_wake(t);
   }

@@ -13,9 +13,10 @@
 /* One directed mailbox, sender -> receiver, holding at most one message. */
 typedef struct {
   atomic_int state; /* INPROC_EMPTY, _POSTED, _READING, _DONE */
+  int p2p;          /* ruccl_xfer_t.p2p of the message */
   const void *ptr;  /* published by the POSTED store */
   size_t bytes;
-  char pad[64 - sizeof(atomic_int) - sizeof(void *) - sizeof(size_t)];
+  char pad[64 - 2 * sizeof(int) - sizeof(void *) - sizeof(size_t)]; /* one cache line */
 } ruccl_inproc_channel_t;
 
 typedef struct {

@@ -97,6 +97,21 @@ typedef struct {
   unsigned arity; /* tree only: children per node, >= 1 */
 } ruccl_strategy_t;
 
+/* A key-value store a multi-node session can rendezvous through instead of the
+   orchestrator: every node publishes its address under a key and reads the others'.
+   The PyTorch backend hands torch's own c10d::Store here, so that no extra server
+   is needed.  Each call returns RUCCL_OK or an error (TIMEOUT when get's key did not
+   appear in time); the store must outlive the session's registration. */
+typedef struct {
+  ruccl_result_t (*set)(void *ctx, const char *key, const void *value, size_t len);
+  /* Waits until key exists (at most timeout_ms), copies at most cap bytes of its
+     value and sets *len to the value's whole length. */
+  ruccl_result_t (*get)(void *ctx, const char *key, void *value, size_t cap, size_t *len, int64_t timeout_ms);
+  /* Atomically adds delta to the integer under key (absent = 0); *result = the sum. */
+  ruccl_result_t (*add)(void *ctx, const char *key, int64_t delta, int64_t *result);
+  void *ctx;
+} ruccl_store_t;
+
 /* Bits of ruccl_config_t.multi_node_set: which of the four multi-node settings
    were given.  They are valid only all together or not at all. */
 #define RUCCL_CONFIG_NUM_NODES (1u << 0)
@@ -120,6 +135,7 @@ typedef struct ruccl_config {
   unsigned char secret[RUCCL_MAX_SECRET];
   size_t secret_len;
   char group_name[RUCCL_MAX_GROUP_NAME];
+  ruccl_store_t store; /* set: the rendezvous goes through it, not global_address */
 } ruccl_config_t;
 
 typedef struct ruccl_comm ruccl_comm_t; /* opaque: the explicitly owned rank communicator */
@@ -138,6 +154,9 @@ ruccl_result_t ruccl_config_set_data_service_port(ruccl_config_t *, unsigned por
 ruccl_result_t ruccl_config_set_timeout_ms(ruccl_config_t *, int64_t ms);
 ruccl_result_t ruccl_config_set_secret(ruccl_config_t *, const void *key, size_t len); /* authenticates every connection */
 ruccl_result_t ruccl_config_set_group_name(ruccl_config_t *, const char *name); /* independent groups in one process */
+/* Rendezvous through a key-value store instead of an orchestrator: stands in for
+   the global address among the four multi-node settings. */
+ruccl_result_t ruccl_config_set_store(ruccl_config_t *, const ruccl_store_t *store);
 
 /* Blocks until every participant has registered, or fails. */
 ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruccl_config_t *config,
@@ -145,6 +164,10 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
 ruccl_result_t ruccl_all_reduce(ruccl_comm_t *, const ruccl_tensor_t *in, ruccl_tensor_t *out, ruccl_reduce_op_t);
 ruccl_result_t ruccl_broadcast(ruccl_comm_t *, const ruccl_tensor_t *send /* NULL on receivers */,
                                ruccl_tensor_t *out);
+/* Broadcast with the root named by every peer (as torch.distributed and NCCL name
+   it): root_peer sends `tensor`, everyone else receives into it.  Peers that name
+   different roots get RUCCL_ERR_ROOT_MISMATCH, and nothing is written. */
+ruccl_result_t ruccl_broadcast_from(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t root_peer);
 ruccl_result_t ruccl_reduce(ruccl_comm_t *, const ruccl_tensor_t *in,
                             ruccl_tensor_t *out /* root only; NULL elsewhere */, ruccl_reduce_op_t,
                             uint32_t root_peer);
@@ -153,6 +176,30 @@ ruccl_result_t ruccl_all_gather(ruccl_comm_t *, const ruccl_tensor_t *in,
 ruccl_result_t ruccl_reduce_scatter(ruccl_comm_t *, const ruccl_tensor_t *in /* n x out */, ruccl_tensor_t *out,
                                     ruccl_reduce_op_t);
 ruccl_result_t ruccl_barrier(ruccl_comm_t *);
+
+/* Point-to-point.  A send and the matching receive name each other's peer id and
+   move the same number of bytes (dtype and shape are the caller's business, as in
+   NCCL); sends and receives between one pair of peers pair up in the order they were
+   called, independently of the collectives' sequence.  A failure in the middle of a
+   transfer (a size that does not match, a timeout, a lost peer) breaks the session
+   as a failed collective does.  Between nodes, only peers of local index 0 (the node
+   leaders, which is every peer when each process has one device) exchange directly;
+   others get RUCCL_ERR_UNSUPPORTED. */
+typedef enum { RUCCL_P2P_SEND, RUCCL_P2P_RECV } ruccl_p2p_kind_t;
+typedef struct {
+  ruccl_p2p_kind_t kind;
+  ruccl_tensor_t *tensor; /* read by a send, written by a receive */
+  uint32_t peer;          /* the other side's peer id */
+} ruccl_p2p_op_t;
+ruccl_result_t ruccl_send(ruccl_comm_t *, const ruccl_tensor_t *tensor, uint32_t dst_peer);
+ruccl_result_t ruccl_recv(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t src_peer);
+/* Several sends and receives at once, to and from any peers (torch's
+   batch_isend_irecv, all-to-all).  They run peer by peer in ascending peer id, with
+   one peer's sends and receives paired into steps that send and receive together:
+   when the other peers' groups hold the matching operations, nothing deadlocks,
+   whatever the sizes. */
+ruccl_result_t ruccl_p2p_group(ruccl_comm_t *, const ruccl_p2p_op_t *ops, size_t n);
+
 ruccl_result_t ruccl_finish(ruccl_comm_t *); /* ends this peer's session, frees the handle */
 void ruccl_reset(void);                      /* resets the local collective service */
 const char *ruccl_error_string(ruccl_result_t);

@@ -14,12 +14,23 @@
  *             PEER_LOST (a killed node), else 1
  *   finish    peer 0 finishes at once; everyone else's next all-reduce must fail
  *             with PEER_FINISHED
+ *   p2p       one ruccl_p2p_group: every peer exchanges uneven-sized messages with
+ *             every peer of its node and, if it is its node's first peer, with the
+ *             other nodes' first peers (IDS must be consecutive blocks, as the tests
+ *             pass them); the others' sends across nodes must be UNSUPPORTED
+ * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
+ * seam the PyTorch backend uses with torch's store) instead of an orchestrator.
  * The secret comes from RUCCL_SECRET. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ruccl.h"
 
@@ -30,6 +41,8 @@ typedef struct {
   ruccl_config_t cfg;
   const char *scenario;
   unsigned total;
+  unsigned local; /* peers of this node: ids first_local .. first_local + local - 1 */
+  uint32_t first_local;
   int status; /* 0 ok, else exit code */
 } peer_t;
 
@@ -172,6 +185,56 @@ static void scenario_finish(peer_t *p, ruccl_comm_t **comm) {
   CHECK(p, rc == RUCCL_ERR_PEER_FINISHED, "after peer 0 finished: %s", ruccl_error_string(rc));
 }
 
+static size_t p2p_count(uint32_t from, uint32_t to) { return (size_t)((from * 7 + to * 13) % 5) * 100000 + 1; }
+static int32_t p2p_val(uint32_t from, uint32_t to, size_t i) { return (int32_t)(from * 1000003u + to * 1009u + i); }
+
+static void scenario_p2p(peer_t *p, ruccl_comm_t *comm) {
+  unsigned nodes = p->total / p->local;
+  uint32_t partners[64];
+  unsigned np = 0;
+  for (uint32_t k = 0; k < p->local; k++) partners[np++] = p->first_local + k;
+  int leader = p->id == p->first_local;
+  for (uint32_t k = 0; leader && k < nodes; k++)
+    if (k * p->local != p->first_local) partners[np++] = k * p->local;
+  int32_t *out[64], *in[64];
+  ruccl_tensor_t tout[64], tin[64];
+  ruccl_p2p_op_t ops[128] = {0};
+  for (unsigned k = 0; k < np; k++) {
+    size_t so = p2p_count(p->id, partners[k]), si = p2p_count(partners[k], p->id);
+    out[k] = malloc(so * sizeof(int32_t));
+    in[k] = calloc(si, sizeof(int32_t));
+    for (size_t i = 0; i < so; i++) out[k][i] = p2p_val(p->id, partners[k], i);
+    tout[k] = (ruccl_tensor_t){.data = out[k], .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)so}};
+    tin[k] = (ruccl_tensor_t){.data = in[k], .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)si}};
+    ops[2 * k] = (ruccl_p2p_op_t){RUCCL_P2P_RECV, &tin[k], partners[k]};
+    ops[2 * k + 1] = (ruccl_p2p_op_t){RUCCL_P2P_SEND, &tout[k], partners[k]};
+  }
+  ruccl_result_t rc = ruccl_p2p_group(comm, ops, 2 * (size_t)np);
+  int bad = -1;
+  for (unsigned k = 0; rc == RUCCL_OK && bad < 0 && k < np; k++)
+    for (size_t i = 0; i < p2p_count(partners[k], p->id); i++)
+      if (in[k][i] != p2p_val(partners[k], p->id, i)) {
+        bad = (int)partners[k];
+        break;
+      }
+  for (unsigned k = 0; k < np; k++) free(out[k]), free(in[k]);
+  CHECK(p, rc == RUCCL_OK, "p2p_group with %u partners: %s", np, ruccl_error_string(rc));
+  CHECK(p, bad < 0, "wrong bytes from peer %d", bad);
+  if (!leader && nodes > 1) {
+    int32_t x = 1;
+    ruccl_tensor_t t = {.data = &x, .dtype = RUCCL_INT32, .ndim = 1, .shape = {1}};
+    uint32_t remote = (p->first_local + p->local) % p->total;
+    rc = ruccl_send(comm, &t, remote);
+    CHECK(p, rc == RUCCL_ERR_UNSUPPORTED, "send from a non-first peer to peer %u on another node: %s", remote,
+          ruccl_error_string(rc));
+  }
+  float a[8], b[8];
+  for (int i = 0; i < 8; i++) a[i] = 1.0f;
+  ruccl_tensor_t ta = vec(a, 8), tb = vec(b, 8);
+  CHECK(p, ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM) == RUCCL_OK, "all_reduce after p2p");
+  CHECK(p, b[7] == (float)p->total, "all_reduce after p2p: %g", b[7]);
+}
+
 static void *peer_main(void *arg) {
   peer_t *p = arg;
   ruccl_comm_t *comm = NULL;
@@ -191,10 +254,64 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "many")) scenario_many(p, comm);
   else if (!strcmp(p->scenario, "mismatch")) scenario_mismatch(p, comm);
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
+  else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else p->status = 2;
   ruccl_finish(comm);
   return NULL;
+}
+
+/* ---- a key-value store in a directory: one file per key ---------------------------- */
+
+static void key_path(const char *dir, const char *key, char *out, size_t cap) {
+  int n = snprintf(out, cap, "%s/", dir);
+  for (const char *k = key; *k && (size_t)n + 1 < cap; k++) out[n++] = *k == '/' ? '_' : *k;
+  out[n] = 0;
+}
+
+static ruccl_result_t dir_set(void *ctx, const char *key, const void *value, size_t len) {
+  char path[512], tmp[600];
+  key_path(ctx, key, path, sizeof path);
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) return RUCCL_ERR_IO;
+  int ok = fwrite(value, 1, len, f) == len;
+  ok &= fclose(f) == 0;
+  return ok && rename(tmp, path) == 0 ? RUCCL_OK : RUCCL_ERR_IO;
+}
+
+static ruccl_result_t dir_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int64_t timeout_ms) {
+  char path[512];
+  key_path(ctx, key, path, sizeof path);
+  for (int64_t waited = 0;; waited += 5) {
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      fseek(f, 0, SEEK_END);
+      *len = (size_t)ftell(f);
+      rewind(f);
+      size_t got = fread(value, 1, *len < cap ? *len : cap, f);
+      fclose(f);
+      return got == (*len < cap ? *len : cap) ? RUCCL_OK : RUCCL_ERR_IO;
+    }
+    if (errno != ENOENT) return RUCCL_ERR_IO;
+    if (waited >= timeout_ms) return RUCCL_ERR_TIMEOUT;
+    nanosleep(&(struct timespec){0, 5000000}, NULL);
+  }
+}
+
+static ruccl_result_t dir_add(void *ctx, const char *key, int64_t delta, int64_t *result) {
+  char path[512];
+  key_path(ctx, key, path, sizeof path);
+  int fd = open(path, O_RDWR | O_CREAT, 0644);
+  if (fd < 0 || flock(fd, LOCK_EX) != 0) return RUCCL_ERR_IO;
+  char buf[32] = {0};
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  long long v = (n > 0 ? atoll(buf) : 0) + delta;
+  int len = snprintf(buf, sizeof buf, "%lld", v);
+  int ok = ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)len, 0) == len;
+  close(fd); /* drops the lock */
+  *result = v;
+  return ok ? RUCCL_OK : RUCCL_ERR_IO;
 }
 
 int main(int argc, char **argv) {
@@ -213,7 +330,10 @@ int main(int argc, char **argv) {
   ruccl_config_t cfg = ruccl_config_default();
   const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : "";
   if (ruccl_config_set_num_devices(&cfg, n) || ruccl_config_set_num_nodes(&cfg, num_nodes) ||
-      ruccl_config_set_global_address(&cfg, argv[1]) || ruccl_config_set_node_address(&cfg, "127.0.0.1") ||
+      (strncmp(argv[1], "dir:", 4) == 0
+           ? ruccl_config_set_store(&cfg, &(ruccl_store_t){dir_set, dir_get, dir_add, argv[1] + 4})
+           : ruccl_config_set_global_address(&cfg, argv[1])) ||
+      ruccl_config_set_node_address(&cfg, "127.0.0.1") ||
       ruccl_config_set_data_service_port(&cfg, argc > 7 ? (unsigned)atoi(argv[7]) : 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
       ruccl_config_set_secret(&cfg, secret, strlen(secret)) || ruccl_config_set_local_strategy(&cfg, s) ||
       ruccl_config_set_global_strategy(&cfg, s) || ruccl_config_set_timeout_ms(&cfg, 20000)) {
@@ -223,7 +343,10 @@ int main(int argc, char **argv) {
   peer_t peers[MAX_LOCAL];
   pthread_t threads[MAX_LOCAL];
   for (unsigned i = 0; i < n; i++) {
-    peers[i] = (peer_t){.id = ids[i], .cfg = cfg, .scenario = argv[5], .total = n * num_nodes};
+    peers[i] = (peer_t){.id = ids[i], .cfg = cfg, .scenario = argv[5], .total = n * num_nodes, .local = n};
+    peers[i].first_local = ids[0];
+    for (unsigned k = 1; k < n; k++)
+      if (ids[k] < peers[i].first_local) peers[i].first_local = ids[k];
     pthread_create(&threads[i], NULL, peer_main, &peers[i]);
   }
   int status = 0;

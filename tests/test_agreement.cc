@@ -288,6 +288,38 @@ TEST_P(Agreement, BroadcastEveryoneSends) {
   });
 }
 
+/* ruccl_broadcast_from: the root is named, so a disagreement on it is caught
+   instead of one peer taking another root's data. */
+TEST_P(Agreement, BroadcastFromRootMismatch) {
+  Expect(RUCCL_ERR_ROOT_MISMATCH, [](ruccl_comm_t *comm, Ctx &c) {
+    Buf t(RUCCL_FLOAT32, {7}, false, c.id);
+    ruccl_result_t rc = ruccl_broadcast_from(comm, &t.t, c.odd ? c.order.back() : c.order.front());
+    c.Check(t);
+    return rc;
+  });
+}
+
+TEST_P(Agreement, BroadcastFromVersusBroadcastWithASendTensor) {
+  Expect(RUCCL_ERR_ROOT_MISMATCH, [](ruccl_comm_t *comm, Ctx &c) {
+    Buf t(RUCCL_FLOAT32, {7}, false, c.id), out(RUCCL_FLOAT32, {7}, true);
+    uint32_t root = c.order.front();
+    ruccl_result_t rc = c.odd ? ruccl_broadcast(comm, c.id == root ? &t.t : nullptr, &out.t)
+                              : ruccl_broadcast_from(comm, &t.t, root);
+    c.Check(t);
+    c.Check(out);
+    return rc;
+  });
+}
+
+TEST_P(Agreement, BroadcastFromRootNotAParticipant) {
+  Expect(RUCCL_ERR_INVALID_ARGUMENT, [](ruccl_comm_t *comm, Ctx &c) {
+    Buf t(RUCCL_FLOAT32, {7}, false, c.id);
+    ruccl_result_t rc = ruccl_broadcast_from(comm, &t.t, 999999);
+    c.Check(t);
+    return rc;
+  });
+}
+
 /* ------------------------------------------------------------------ kind */
 
 TEST_P(Agreement, AllReduceVersusBroadcast) {

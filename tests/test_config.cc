@@ -67,6 +67,30 @@ TEST(Config, MultiNodeSettersSetTheirBits) {
   EXPECT_EQ(65535u, c.data_service_port);
 }
 
+ruccl_result_t NoSet(void *, const char *, const void *, size_t) { return RUCCL_OK; }
+ruccl_result_t NoGet(void *, const char *, void *, size_t, size_t *, int64_t) { return RUCCL_ERR_TIMEOUT; }
+ruccl_result_t NoAdd(void *, const char *, int64_t, int64_t *) { return RUCCL_OK; }
+
+// A store stands in for the global address among the four multi-node settings.
+TEST(Config, StoreTakesTheGlobalAddressBitAndNeedsEveryCallback) {
+  ruccl_config_t c = ruccl_config_default();
+  int ctx = 0;
+  ruccl_store_t st = {NoSet, NoGet, NoAdd, &ctx};
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_store(&c, nullptr));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_store(nullptr, &st));
+  for (int missing = 0; missing < 3; missing++) {
+    ruccl_store_t bad = st;
+    if (missing == 0) bad.set = nullptr;
+    if (missing == 1) bad.get = nullptr;
+    if (missing == 2) bad.add = nullptr;
+    EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_store(&c, &bad)) << missing;
+  }
+  EXPECT_EQ(0u, c.multi_node_set);
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_store(&c, &st));
+  EXPECT_EQ(RUCCL_CONFIG_GLOBAL_ADDRESS, c.multi_node_set);
+  EXPECT_EQ(&ctx, c.store.ctx);
+}
+
 TEST(Config, EverySetterRejectsANullConfig) {
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_num_devices(nullptr, 2));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_local_strategy(nullptr, Ring().value()));

@@ -186,6 +186,18 @@ TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
 }
 
+TEST_P(Transports, PointToPointAcrossNodes) {
+  for (const std::vector<std::string> &nodes : {std::vector<std::string>{"0", "1", "2"},
+                                                std::vector<std::string>{"0,1", "2,3"}}) {
+    Orchestrator orch;
+    std::vector<pid_t> pids;
+    for (const auto &ids : nodes)
+      pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "p2p", ids, "p2p"}, kSecret,
+                                GetParam()));
+    EXPECT_EQ(std::vector<int>(nodes.size(), 0), wait_all(pids)) << nodes.size() << " nodes";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
                          [](const auto &info) { return info.param; });
 
@@ -232,6 +244,53 @@ TEST(MultiNode, DataPortInUseIsAnIoError) {
   EXPECT_EQ(RUCCL_ERR_IO, ruccl_register(0, {RUCCL_DEVICE_CPU, 0}, &cfg, &comm));
   EXPECT_NE(nullptr, strstr(ruccl_last_error(), "in use")) << ruccl_last_error();
   EXPECT_EQ(nullptr, comm);
+}
+
+// The rendezvous through a key-value store (what the PyTorch backend does with
+// torch's store): no orchestrator; the store outlives one session and serves the
+// next; a differing configuration is seen by every node.
+struct StoreDir {
+  std::string path;
+  StoreDir() {
+    char tmpl[] = "/tmp/ruccl-store-XXXXXX";
+    path = mkdtemp(tmpl) ? tmpl : "";
+    EXPECT_FALSE(path.empty());
+  }
+  ~StoreDir() {
+    std::string cmd = "rm -rf '" + path + "'";
+    EXPECT_EQ(0, system(cmd.c_str()));
+  }
+};
+
+TEST(MultiNode, StoreRendezvousRunsSessionAfterSession) {
+  StoreDir dir;
+  for (int session = 0; session < 2; session++) {
+    std::vector<pid_t> pids;
+    for (std::string ids : session ? std::vector<std::string>{"0,1", "2,3"} : std::vector<std::string>{"0,3", "1,2"})
+      pids.push_back(spawn_node({"dir:" + dir.path, "2", "viastore", ids, session ? "p2p" : "all"}));
+    EXPECT_EQ(std::vector<int>({0, 0}), wait_all(pids)) << "session " << session;
+  }
+}
+
+TEST(MultiNode, StoreRendezvousConfigMismatchIsSeenByEveryNode) {
+  StoreDir dir;
+  std::vector<std::string> logs;
+  std::vector<pid_t> pids;
+  const char *strategies[] = {"ring", "tree"};
+  for (int k = 0; k < 2; k++) {
+    logs.push_back(dir.path + "-node" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({"dir:" + dir.path, "2", "viastore", std::to_string(k), "all", strategies[k]}, kSecret,
+                              "", logs.back()));
+  }
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(std::vector<int>({1, 1}), wait_all(pids));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15.0)
+      << "a mismatch must not wait for the timeout";
+  for (const auto &log : logs) {
+    std::string text = read_file(log);
+    EXPECT_NE(std::string::npos, text.find("RUCCL_ERR_CONFIG_MISMATCH")) << text.substr(0, 2000);
+    unlink(log.c_str());
+  }
 }
 
 TEST(MultiNode, WrongSecretNodeCannotJoin) {

@@ -28,6 +28,7 @@ typedef struct {
 } ruccl_bootstrap_t;
 
 extern const ruccl_bootstrap_t ruccl_orchestrator_bootstrap;
+extern const ruccl_bootstrap_t ruccl_store_bootstrap; /* config.store (bootstrap_store.c) */
 /* Sorts a table's nodes by their smallest peer id: every node numbers them alike. */
 void ruccl_table_sort(ruccl_table_t *table);
 

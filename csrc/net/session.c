@@ -1,5 +1,5 @@
 /* session.c — turns a node's completed local rendezvous into a multi-node session:
-   open the data service, join through the orchestrator, connect to every other node,
+   open the data service, join through the orchestrator (or the caller's store), connect to every other node,
    and number every peer of the session in ascending-id order. */
 #include "session.h"
 
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../config.h"
 #include "../error.h"
 #include "../rank.h"
 #include "bootstrap.h"
@@ -72,7 +73,8 @@ static ruccl_result_t number_peers(ruccl_group_t *g, const ruccl_table_t *t, uns
 
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   const ruccl_config_t *cfg = &g->config;
-  const ruccl_bootstrap_t *bootstrap = &ruccl_orchestrator_bootstrap;
+  const ruccl_bootstrap_t *bootstrap =
+      ruccl_config_has_store(cfg) ? &ruccl_store_bootstrap : &ruccl_orchestrator_bootstrap;
   int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");

@@ -31,7 +31,7 @@
 #define RUCCL_FRAME_SHM 21     /* lower node -> higher: a segment to use, or none */
 #define RUCCL_FRAME_SHM_ACK 22 /* higher -> lower: opened it, or not */
 
-enum { MSG_DATA = 1, MSG_ABORT = 2 };
+enum { MSG_DATA = 1, MSG_ABORT = 2, MSG_P2P = 3 }; /* MSG_P2P: a point-to-point message's data */
 
 typedef struct {
   uint32_t kind, code;
@@ -312,7 +312,7 @@ static ruccl_result_t header_arrived(ruccl_net_t *net, in_state_t *in) {
                       ruccl_error_string((ruccl_result_t)code));
   }
   uint64_t len = ((uint64_t)ntohl(in->hdr.len_hi) << 32) | ntohl(in->hdr.len_lo);
-  if (kind != MSG_DATA || len != in->len)
+  if (kind != (in->x->p2p ? MSG_P2P : MSG_DATA) || len != in->len)
     return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u expected %zu bytes from node %d, got a message of kind %u, %llu bytes",
                       net->me, in->len, in->node, kind, (unsigned long long)len);
   return RUCCL_OK;
@@ -411,7 +411,7 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     o.buf = x->send_buf;
     o.len = x->send_bytes;
     uint64_t len = x->send_bytes;
-    o.hdr = (msg_header_t){htonl(MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
+    o.hdr = (msg_header_t){htonl(x->p2p ? MSG_P2P : MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
   }
   if (x->recv_peer != RUCCL_NO_PEER) {
     in.node = x->recv_peer;
