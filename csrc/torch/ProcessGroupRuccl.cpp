@@ -1,0 +1,646 @@
+// ProcessGroupRuccl.cpp — see ProcessGroupRuccl.hpp.  Layout: errors and tensor
+// views; the store adapter; Work; the backend's queue; the collectives.
+#include "ProcessGroupRuccl.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+namespace ruccl_torch {
+namespace {
+
+// ---- errors: every message starts with the ruCCL error's name ----------------------
+
+[[noreturn]] void fail(ruccl_result_t rc, const std::string &detail) {
+  throw std::runtime_error(std::string(ruccl_error_string(rc)) + ": " + detail);
+}
+
+void check(ruccl_result_t rc) {
+  if (rc == RUCCL_OK) return;
+  const char *why = ruccl_last_error();
+  throw std::runtime_error(why && *why ? std::string(why) : std::string(ruccl_error_string(rc)));
+}
+
+// ---- tensors ---------------------------------------------------------------------
+
+ruccl_dtype_t dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return RUCCL_FLOAT32;
+    case at::kDouble: return RUCCL_FLOAT64;
+    case at::kHalf: return RUCCL_FLOAT16;
+    case at::kBFloat16: return RUCCL_BFLOAT16;
+    case at::kChar: return RUCCL_INT8;
+    case at::kByte: return RUCCL_UINT8;
+    case at::kBool: return RUCCL_UINT8; /* one byte, 0 or 1 */
+    case at::kInt: return RUCCL_INT32;
+    case at::kLong: return RUCCL_INT64;
+    default: fail(RUCCL_ERR_UNSUPPORTED, std::string("dtype ") + c10::toString(t) + " is not supported by ruccl");
+  }
+}
+
+// The C view of a contiguous CPU tensor (more than RUCCL_MAX_DIMS dimensions are
+// flattened: the element count is what the ranks must then agree on).
+ruccl_tensor_t view(const at::Tensor &t) {
+  ruccl_tensor_t v{};
+  v.data = t.data_ptr();
+  v.dtype = dtype_of(t.scalar_type());
+  v.device = {RUCCL_DEVICE_CPU, 0};
+  if (t.dim() <= RUCCL_MAX_DIMS) {
+    v.ndim = static_cast<int>(t.dim());
+    for (int64_t d = 0; d < t.dim(); d++) v.shape[d] = t.size(d);
+  } else {
+    v.ndim = 1;
+    v.shape[0] = t.numel();
+  }
+  return v;
+}
+
+// A tensor as the core can take it: itself when it is a contiguous CPU tensor, else
+// a contiguous host copy that put() writes back.  Made on the worker, when the op
+// runs, so that it sees what earlier queued ops wrote.
+struct Host {
+  at::Tensor user, host;
+  explicit Host(const at::Tensor &t, bool fill = true) : user(t) {
+    if (t.device().is_cpu() && t.is_contiguous()) {
+      host = t;
+    } else if (fill) {
+      host = t.to(at::kCPU).contiguous();
+    } else {
+      host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    }
+  }
+  void put() {
+    if (!host.is_same(user)) user.copy_(host);
+  }
+};
+
+// torch's reduce op as the core's, for this dtype (bool: or is max, and is min).
+ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
+  bool boolean = t == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return boolean ? RUCCL_MAX : RUCCL_SUM;
+    case c10d::ReduceOp::PRODUCT: return boolean ? RUCCL_MIN : RUCCL_PROD;
+    case c10d::ReduceOp::MIN: return RUCCL_MIN;
+    case c10d::ReduceOp::MAX: return RUCCL_MAX;
+    case c10d::ReduceOp::AVG:
+      if (boolean) fail(RUCCL_ERR_UNSUPPORTED, "ReduceOp.AVG on bool tensors");
+      return RUCCL_MEAN;
+    case c10d::ReduceOp::BAND:
+      if (boolean) return RUCCL_MIN;
+      break;
+    case c10d::ReduceOp::BOR:
+      if (boolean) return RUCCL_MAX;
+      break;
+    default: break;
+  }
+  fail(RUCCL_ERR_UNSUPPORTED, "reduce op " + std::to_string(static_cast<int>(op.op_)) + " on " +
+                                  c10::toString(t) + " tensors (ruccl reduces with SUM, AVG, PRODUCT, MIN, MAX; "
+                                  "BAND and BOR on bool)");
+}
+
+void need_one(const std::vector<at::Tensor> &tensors, const char *what) {
+  if (tensors.size() != 1)
+    fail(RUCCL_ERR_INVALID_ARGUMENT,
+         std::string(what) + " takes one tensor per process, got " + std::to_string(tensors.size()));
+}
+
+void need_same(const at::Tensor &a, const at::Tensor &b, const std::string &what) {
+  if (a.scalar_type() != b.scalar_type())
+    fail(RUCCL_ERR_DTYPE_MISMATCH, what + ": " + c10::toString(a.scalar_type()) + " and " +
+                                       c10::toString(b.scalar_type()));
+  if (a.numel() != b.numel())
+    fail(RUCCL_ERR_SHAPE_MISMATCH,
+         what + ": " + std::to_string(a.numel()) + " and " + std::to_string(b.numel()) + " elements");
+}
+
+// Contiguous row blocks of t along dim 0, of the given sizes (empty: equal blocks).
+std::vector<at::Tensor> split_rows(const at::Tensor &t, const std::vector<int64_t> &sizes, int n,
+                                   const char *what) {
+  std::vector<at::Tensor> out;
+  if (sizes.empty()) {
+    if (t.dim() == 0 || t.size(0) % n != 0)
+      fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(what) + ": dim 0 does not split into " + std::to_string(n) +
+                                           " equal blocks");
+    int64_t rows = t.size(0) / n;
+    for (int k = 0; k < n; k++) out.push_back(t.narrow(0, k * rows, rows));
+    return out;
+  }
+  if (static_cast<int>(sizes.size()) != n)
+    fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(what) + ": " + std::to_string(sizes.size()) +
+                                         " split sizes for " + std::to_string(n) + " ranks");
+  int64_t at_row = 0;
+  for (int64_t s : sizes) {
+    if (s < 0 || at_row + s > (t.dim() ? t.size(0) : 0))
+      fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(what) + ": split sizes exceed dim 0");
+    out.push_back(t.narrow(0, at_row, s));
+    at_row += s;
+  }
+  if (t.dim() && at_row != t.size(0))
+    fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(what) + ": split sizes do not add up to dim 0");
+  return out;
+}
+
+// ---- the store adapter: torch's c10d::Store behind ruccl_store_t -------------------
+
+ruccl_result_t store_set(void *ctx, const char *key, const void *value, size_t len) {
+  try {
+    auto *store = static_cast<c10d::Store *>(ctx);
+    const auto *p = static_cast<const uint8_t *>(value);
+    store->set(key, std::vector<uint8_t>(p, p + len));
+    return RUCCL_OK;
+  } catch (const std::exception &) {
+    return RUCCL_ERR_IO;
+  }
+}
+
+ruccl_result_t store_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int64_t timeout_ms) {
+  auto *store = static_cast<c10d::Store *>(ctx);
+  try {
+    store->wait({key}, std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 1)));
+  } catch (const std::exception &) {
+    return RUCCL_ERR_TIMEOUT;
+  }
+  try {
+    std::vector<uint8_t> v = store->get(key);
+    *len = v.size();
+    std::memcpy(value, v.data(), std::min(cap, v.size()));
+    return RUCCL_OK;
+  } catch (const std::exception &) {
+    return RUCCL_ERR_IO;
+  }
+}
+
+ruccl_result_t store_add(void *ctx, const char *key, int64_t delta, int64_t *result) {
+  try {
+    *result = static_cast<c10d::Store *>(ctx)->add(key, delta);
+    return RUCCL_OK;
+  } catch (const std::exception &) {
+    return RUCCL_ERR_IO;
+  }
+}
+
+// A group name the registry keeps apart from every other group of this process.
+std::string group_name_for(const std::string &group_id) {
+  std::string name = "torch.";
+  for (char c : group_id) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  if (name.size() >= RUCCL_MAX_GROUP_NAME) {
+    name = "torch." + std::to_string(std::hash<std::string>{}(group_id));
+  }
+  return name;
+}
+
+}  // namespace
+
+// ---- Work ------------------------------------------------------------------------
+
+WorkRuccl::WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, title), outputs_(std::move(outputs)) {
+  std::vector<c10::Device> devices;
+  for (const auto &t : outputs_)
+    if (!t.device().is_cpu() && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+      devices.push_back(t.device());
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+}
+
+void WorkRuccl::complete(std::exception_ptr error) {
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
+}
+
+// ---- the backend -----------------------------------------------------------------
+
+ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.rank, o.size) {
+  ruccl_config_t cfg = ruccl_config_default();
+  check(ruccl_config_set_num_devices(&cfg, 1));
+  check(ruccl_config_set_timeout_ms(&cfg, std::max<int64_t>(o.timeout.count(), 1)));
+  check(ruccl_config_set_group_name(&cfg, group_name_for(o.group_id).c_str()));
+  if (o.size > 1) {
+    if (!o.store) fail(RUCCL_ERR_INVALID_CONFIG, "the backend needs torch's store to rendezvous");
+    // The session secret: RUCCL_SECRET, else rank 0 draws one and shares it through
+    // the store, so that no stranger can join the data connections.
+    std::string secret;
+    if (const char *env = std::getenv("RUCCL_SECRET")) {
+      secret = env;
+    } else {
+      const std::string key = "ruccl/" + group_name_for(o.group_id) + "/secret";
+      if (o.rank == 0) {
+        std::random_device rd;
+        for (int i = 0; i < 32; i++) secret += static_cast<char>(rd() & 0xff);
+        o.store->set(key, std::vector<uint8_t>(secret.begin(), secret.end()));
+      } else {
+        o.store->wait({key}, o.timeout);
+        auto v = o.store->get(key);
+        secret.assign(v.begin(), v.end());
+      }
+    }
+    ruccl_store_t st{store_set, store_get, store_add, o.store.get()};
+    check(ruccl_config_set_num_nodes(&cfg, static_cast<unsigned>(o.size)));
+    check(ruccl_config_set_store(&cfg, &st));
+    check(ruccl_config_set_node_address(&cfg, o.node_address.c_str()));
+    check(ruccl_config_set_data_service_port(&cfg, 0));
+    check(ruccl_config_set_secret(&cfg, secret.data(), secret.size()));
+  }
+  check(ruccl_register(static_cast<uint32_t>(o.rank), ruccl_device_t{RUCCL_DEVICE_CPU, 0}, &cfg, &comm_));
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
+
+void ProcessGroupRuccl::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !worker_.joinable() && !comm_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();  // runs what was queued, then stops
+  if (comm_) {
+    ruccl_finish(comm_);
+    comm_ = nullptr;
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, const char *title,
+                                                          std::vector<at::Tensor> outputs, std::function<void()> run,
+                                                          std::vector<P2pOp> p2p) {
+  auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs));
+  Job job{std::move(run), std::move(p2p), work};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
+  if (coalescing_) {
+    coalesced_.push_back(std::move(job));
+  } else {
+    queue_.push_back(std::move(job));
+    cv_.notify_one();
+  }
+  return work;
+}
+
+void ProcessGroupRuccl::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (coalescing_) fail(RUCCL_ERR_INVALID_ARGUMENT, "startCoalescing while already coalescing");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!coalescing_) fail(RUCCL_ERR_INVALID_ARGUMENT, "endCoalescing without startCoalescing");
+    coalescing_ = false;
+    jobs.swap(coalesced_);
+  }
+  std::vector<at::Tensor> outputs;
+  for (auto &j : jobs)
+    for (auto &t : j.work->result()) outputs.push_back(t);
+  auto shared = std::make_shared<std::vector<Job>>(std::move(jobs));
+  // Runs the recorded ops in order, consecutive point-to-point ones as one group;
+  // each op's own work completes with the whole.
+  return enqueue(c10d::OpType::COALESCED, "ruccl:coalesced", outputs, [this, shared] {
+    std::exception_ptr error;
+    auto &jobs = *shared;
+    size_t done = 0;
+    for (size_t i = 0; i < jobs.size() && !error;) {
+      size_t j = i + 1;
+      try {
+        if (!jobs[i].p2p.empty()) {
+          std::vector<P2pOp> ops;
+          for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++)
+            ops.insert(ops.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
+          run_p2p(ops);
+        } else {
+          jobs[i].run();
+        }
+        for (; done < j; done++) jobs[done].work->complete(nullptr);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      i = j;
+    }
+    for (; done < jobs.size(); done++) jobs[done].work->complete(error);
+    if (error) std::rethrow_exception(error);
+  });
+}
+
+void ProcessGroupRuccl::worker_loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      if (!job.p2p.empty()) {
+        run_p2p(job.p2p);
+      } else {
+        job.run();
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    job.work->complete(error);
+  }
+}
+
+void ProcessGroupRuccl::run_p2p(std::vector<P2pOp> &ops) {
+  std::vector<Host> hosts;
+  hosts.reserve(ops.size());
+  for (auto &op : ops) hosts.emplace_back(op.tensor, op.send);
+  std::vector<ruccl_tensor_t> views(ops.size());
+  std::vector<ruccl_p2p_op_t> c_ops(ops.size());
+  for (size_t i = 0; i < ops.size(); i++) {
+    views[i] = view(hosts[i].host);
+    c_ops[i] = {ops[i].send ? RUCCL_P2P_SEND : RUCCL_P2P_RECV, &views[i], static_cast<uint32_t>(ops[i].peer)};
+  }
+  check(ruccl_p2p_group(comm_, c_ops.data(), c_ops.size()));
+  for (size_t i = 0; i < ops.size(); i++)
+    if (!ops[i].send) hosts[i].put();
+}
+
+// ---- collectives -----------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tensor> &tensors,
+                                                            const c10d::AllreduceOptions &opts) {
+  need_one(tensors, "allreduce");
+  at::Tensor t = tensors[0];
+  ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
+  return enqueue(c10d::OpType::ALLREDUCE, "ruccl:all_reduce", {t}, [this, t, op] {
+    Host h(t);
+    ruccl_tensor_t v = view(h.host);
+    check(ruccl_all_reduce(comm_, &v, &v, op));
+    h.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                                      const c10d::AllreduceCoalescedOptions &opts) {
+  std::vector<ruccl_reduce_op_t> ops;
+  for (const auto &t : tensors) ops.push_back(op_of(opts.reduceOp, t.scalar_type()));
+  std::vector<at::Tensor> ts = tensors;
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "ruccl:all_reduce_coalesced", ts, [this, ts, ops] {
+    for (size_t i = 0; i < ts.size(); i++) {
+      Host h(ts[i]);
+      ruccl_tensor_t v = view(h.host);
+      check(ruccl_all_reduce(comm_, &v, &v, ops[i]));
+      h.put();
+    }
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tensor> &tensors,
+                                                            const c10d::BroadcastOptions &opts) {
+  need_one(tensors, "broadcast");
+  at::Tensor t = tensors[0];
+  dtype_of(t.scalar_type());
+  uint32_t root = static_cast<uint32_t>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "ruccl:broadcast", {t}, [this, t, root] {
+    Host h(t, static_cast<int>(root) == rank_);
+    ruccl_tensor_t v = view(h.host);
+    check(ruccl_broadcast_from(comm_, &v, root));
+    h.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor> &tensors,
+                                                         const c10d::ReduceOptions &opts) {
+  need_one(tensors, "reduce");
+  at::Tensor t = tensors[0];
+  ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
+  uint32_t root = static_cast<uint32_t>(opts.rootRank);
+  return enqueue(c10d::OpType::REDUCE, "ruccl:reduce", {t}, [this, t, op, root] {
+    Host h(t);
+    ruccl_tensor_t v = view(h.host);
+    bool is_root = static_cast<int>(root) == rank_;
+    check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op, root));
+    if (is_root) h.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                                  const c10d::AllgatherOptions &) {
+  dtype_of(input.scalar_type());
+  if (output.numel() != input.numel() * size_)
+    fail(RUCCL_ERR_SHAPE_MISMATCH, "all_gather_into_tensor: output has " + std::to_string(output.numel()) +
+                                       " elements, world size x input " + std::to_string(input.numel() * size_));
+  need_same(output.flatten().narrow(0, 0, input.numel()), input.flatten(), "all_gather_into_tensor output/input");
+  at::Tensor out = output, in = input;
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, "ruccl:all_gather_into_tensor", {out}, [this, out, in] {
+    Host hi(in), ho(out, false);
+    ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
+    check(ruccl_all_gather(comm_, &vi, &vo));
+    ho.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                            std::vector<at::Tensor> &inputs,
+                                                            const c10d::AllgatherOptions &) {
+  need_one(inputs, "allgather");
+  if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_)
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather needs one output list of world size " + std::to_string(size_));
+  at::Tensor in = inputs[0];
+  dtype_of(in.scalar_type());
+  for (const auto &o : outputs[0]) need_same(o, in, "allgather output/input");
+  std::vector<at::Tensor> outs = outputs[0];
+  return enqueue(c10d::OpType::ALLGATHER, "ruccl:all_gather", outs, [this, in, outs] {
+    Host hi(in);
+    std::vector<int64_t> shape{static_cast<int64_t>(outs.size())};
+    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, hi.host.options());
+    ruccl_tensor_t vi = view(hi.host), vo = view(flat);
+    check(ruccl_all_gather(comm_, &vi, &vo));
+    for (size_t k = 0; k < outs.size(); k++)
+      outs[k].copy_(flat.narrow(0, static_cast<int64_t>(k) * in.numel(), in.numel()).view(outs[k].sizes()));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                                      std::vector<at::Tensor> &inputs,
+                                                                      const c10d::AllgatherOptions &opts) {
+  if (outputs.size() != inputs.size())
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_coalesced: " + std::to_string(outputs.size()) +
+                                         " output lists for " + std::to_string(inputs.size()) + " inputs");
+  std::vector<at::Tensor> all_outputs;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    std::vector<std::vector<at::Tensor>> o{outputs[i]};
+    std::vector<at::Tensor> in{inputs[i]};
+    works.push_back(allgather(o, in, opts));
+    for (auto &t : outputs[i]) all_outputs.push_back(t);
+  }
+  // Queued after the gathers: done when they are, failed if any failed.
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "ruccl:all_gather_coalesced", all_outputs, [works] {
+    for (auto &w : works) w->wait();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                                  std::vector<at::Tensor> &inputs,
+                                                                                  const c10d::AllgatherOptions &opts) {
+  if (outputs.size() != inputs.size())
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_into_tensor_coalesced: output and input counts differ");
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < inputs.size(); i++) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
+  return enqueue(c10d::OpType::COALESCED, "ruccl:all_gather_into_tensor_coalesced", outputs, [works] {
+    for (auto &w : works) w->wait();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                       const c10d::ReduceScatterOptions &opts) {
+  ruccl_reduce_op_t op = op_of(opts.reduceOp, input.scalar_type());
+  if (input.numel() != output.numel() * size_)
+    fail(RUCCL_ERR_SHAPE_MISMATCH, "reduce_scatter_tensor: input has " + std::to_string(input.numel()) +
+                                       " elements, world size x output " + std::to_string(output.numel() * size_));
+  if (input.scalar_type() != output.scalar_type())
+    fail(RUCCL_ERR_DTYPE_MISMATCH, "reduce_scatter_tensor: input and output dtypes differ");
+  at::Tensor out = output, in = input;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "ruccl:reduce_scatter_tensor", {out}, [this, out, in, op] {
+    Host hi(in), ho(out, false);
+    ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
+    check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
+    ho.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<std::vector<at::Tensor>> &inputs,
+                                                                 const c10d::ReduceScatterOptions &opts) {
+  need_one(outputs, "reduce_scatter");
+  if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "reduce_scatter needs one input list of world size " + std::to_string(size_));
+  at::Tensor out = outputs[0];
+  ruccl_reduce_op_t op = op_of(opts.reduceOp, out.scalar_type());
+  for (const auto &i : inputs[0]) need_same(i, out, "reduce_scatter input/output");
+  std::vector<at::Tensor> ins = inputs[0];
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "ruccl:reduce_scatter", {out}, [this, out, ins, op] {
+    std::vector<at::Tensor> flat;
+    for (const auto &i : ins) flat.push_back(i.to(at::kCPU).reshape({-1}));
+    at::Tensor in = at::cat(flat);
+    Host ho(out, false);
+    ruccl_tensor_t vi = view(in), vo = view(ho.host);
+    check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
+    ho.put();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
+  if (outputs.size() != inputs.size())
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "reduce_scatter_tensor_coalesced: output and input counts differ");
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < inputs.size(); i++) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+  return enqueue(c10d::OpType::COALESCED, "ruccl:reduce_scatter_tensor_coalesced", outputs, [works] {
+    for (auto &w : works) w->wait();
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::barrier(const c10d::BarrierOptions &) {
+  return enqueue(c10d::OpType::BARRIER, "ruccl:barrier", {}, [this] { check(ruccl_barrier(comm_)); });
+}
+
+// ---- point-to-point and what torch builds on it ----------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::send(std::vector<at::Tensor> &tensors, int dst, int) {
+  need_one(tensors, "send");
+  dtype_of(tensors[0].scalar_type());
+  return enqueue(c10d::OpType::SEND, "ruccl:send", {tensors[0]}, nullptr, {{true, tensors[0], dst}});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recv(std::vector<at::Tensor> &tensors, int src, int) {
+  need_one(tensors, "recv");
+  dtype_of(tensors[0].scalar_type());
+  return enqueue(c10d::OpType::RECV, "ruccl:recv", {tensors[0]}, nullptr, {{false, tensors[0], src}});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recvAnysource(std::vector<at::Tensor> &, int) {
+  fail(RUCCL_ERR_UNSUPPORTED, "recv from any source: name the source rank");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                         std::vector<at::Tensor> &inputs,
+                                                         const c10d::GatherOptions &opts) {
+  need_one(inputs, "gather");
+  int root = static_cast<int>(opts.rootRank);
+  at::Tensor in = inputs[0];
+  dtype_of(in.scalar_type());
+  std::vector<P2pOp> ops;
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_)
+      fail(RUCCL_ERR_INVALID_ARGUMENT, "gather needs one output list of world size on the root");
+    outs = outputs[0];
+    for (int r = 0; r < size_; r++) {
+      need_same(outs[r], in, "gather output/input");
+      ops.push_back({false, outs[r], r});  // the root's own block too: it sends it to itself
+    }
+  }
+  ops.push_back({true, in, root});
+  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::scatter(std::vector<at::Tensor> &outputs,
+                                                          std::vector<std::vector<at::Tensor>> &inputs,
+                                                          const c10d::ScatterOptions &opts) {
+  need_one(outputs, "scatter");
+  int root = static_cast<int>(opts.rootRank);
+  at::Tensor out = outputs[0];
+  dtype_of(out.scalar_type());
+  std::vector<P2pOp> ops;
+  if (rank_ == root) {
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
+      fail(RUCCL_ERR_INVALID_ARGUMENT, "scatter needs one input list of world size on the root");
+    for (int r = 0; r < size_; r++) {
+      need_same(inputs[0][r], out, "scatter input/output");
+      ops.push_back({true, inputs[0][r], r});
+    }
+  }
+  ops.push_back({false, out, root});
+  return enqueue(c10d::OpType::SCATTER, "ruccl:scatter", {out}, nullptr, ops);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                                std::vector<int64_t> &output_split_sizes,
+                                                                std::vector<int64_t> &input_split_sizes,
+                                                                const c10d::AllToAllOptions &) {
+  dtype_of(input.scalar_type());
+  if (input.scalar_type() != output.scalar_type())
+    fail(RUCCL_ERR_DTYPE_MISMATCH, "all_to_all_single: input and output dtypes differ");
+  std::vector<at::Tensor> ins = split_rows(input, input_split_sizes, size_, "all_to_all_single input");
+  std::vector<at::Tensor> outs = split_rows(output, output_split_sizes, size_, "all_to_all_single output");
+  std::vector<P2pOp> ops;
+  for (int r = 0; r < size_; r++) {
+    ops.push_back({true, ins[r], r});
+    ops.push_back({false, outs[r], r});
+  }
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "ruccl:all_to_all_single", {output}, nullptr, ops);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall(std::vector<at::Tensor> &outputs,
+                                                           std::vector<at::Tensor> &inputs,
+                                                           const c10d::AllToAllOptions &) {
+  if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_)
+    fail(RUCCL_ERR_INVALID_ARGUMENT, "all_to_all needs world size input and output tensors");
+  std::vector<P2pOp> ops;
+  for (int r = 0; r < size_; r++) {
+    dtype_of(inputs[r].scalar_type());
+    if (inputs[r].scalar_type() != outputs[r].scalar_type())
+      fail(RUCCL_ERR_DTYPE_MISMATCH, "all_to_all: input and output dtypes differ");
+    ops.push_back({true, inputs[r], r});
+    ops.push_back({false, outputs[r], r});
+  }
+  return enqueue(c10d::OpType::ALLTOALL, "ruccl:all_to_all", outputs, nullptr, ops);
+}
+
+}  // namespace ruccl_torch

@@ -1,0 +1,145 @@
+// ProcessGroupRuccl.hpp — the torch shim: a c10d::Backend that forwards every
+// collective to the ruCCL C API (include/ruccl.h).
+//
+// One process is one ruCCL node with one peer (peer id = group rank); the nodes
+// rendezvous through the c10d::Store torch hands the backend, so no extra server
+// runs.  Calls are queued in issue order to one worker thread per backend (the C
+// communicator is used by one thread at a time, and ops must run in the order the
+// ranks issued them); each returns a Work whose future completes with the output
+// tensors.  Tensors the C core cannot take directly (non-contiguous, bool, not on
+// the CPU) go through contiguous host copies here.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "ruccl.h"
+}
+
+namespace ruccl_torch {
+
+// What the Python registration hands over (torch's DistributedBackendOptions and
+// what ruccl_pg works out: this node's address).
+struct RucclOptions {
+  c10::intrusive_ptr<c10d::Store> store;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  std::string group_id;
+  std::string node_address = "127.0.0.1";
+};
+
+class WorkRuccl : public c10d::Work {
+ public:
+  WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs);
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Called once, on the worker: completes the work and its future.
+  void complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupRuccl : public c10d::Backend {
+ public:
+  explicit ProcessGroupRuccl(const RucclOptions &opts);
+  ~ProcessGroupRuccl() override;
+
+  const std::string getBackendName() const override { return "ruccl"; }
+  void shutdown() override;
+
+  // Coalescing (batch_isend_irecv, _coalescing_manager): the ops issued between
+  // start and end run as one job; the point-to-point ones as one ruccl_p2p_group, so
+  // an exchange in both directions cannot deadlock.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                     const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
+                                                     std::vector<at::Tensor> &inputs,
+                                                     const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                               std::vector<int64_t> &output_split_sizes,
+                                               std::vector<int64_t> &input_split_sizes,
+                                               const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  // One point-to-point operation, as the worker runs it.
+  struct P2pOp {
+    bool send;
+    at::Tensor tensor;
+    int peer;
+  };
+
+ private:
+  // A queued call: `run` does the collective (throwing on a ruCCL error); p2p holds
+  // the point-to-point operations instead when the call is one.
+  struct Job {
+    std::function<void()> run;
+    std::vector<P2pOp> p2p;
+    c10::intrusive_ptr<WorkRuccl> work;
+  };
+
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                                         std::function<void()> run, std::vector<P2pOp> p2p = {});
+  void worker_loop();
+  void run_p2p(std::vector<P2pOp> &ops);
+
+  ruccl_comm_t *comm_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+
+  bool coalescing_ = false;
+  std::vector<Job> coalesced_;
+};
+
+}  // namespace ruccl_torch
