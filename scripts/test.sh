@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh — every test from a fresh clone: the GoogleTest suite and the example,
 # in a release build, under AddressSanitizer + UndefinedBehaviorSanitizer, and
-# under ThreadSanitizer.
+# under ThreadSanitizer; then the PyTorch backend: its pytest suite (real
+# processes, torchrun) and PyTorch's own distributed test suite against it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -20,3 +21,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   run_suite asan+ubsan "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_ASAN=ON
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   run_suite tsan "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_TSAN=ON
+
+echo "=== torch backend ==="
+"$root/scripts/setup_python.sh"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+cd "$root"
+python3 -m pytest tests/python -q -p no:cacheprovider
+echo "=== PyTorch's distributed test suite, backend ruccl, 2 ranks ==="
+WORLD_SIZE=2 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider

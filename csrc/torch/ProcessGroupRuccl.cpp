@@ -271,6 +271,7 @@ void ProcessGroupRuccl::shutdown() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, const char *title,
                                                           std::vector<at::Tensor> outputs, std::function<void()> run,
                                                           std::vector<P2pOp> p2p) {
+  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_++;
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs));
   Job job{std::move(run), std::move(p2p), work};
   std::lock_guard<std::mutex> lock(mu_);
@@ -465,20 +466,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vec
   });
 }
 
+// outputs[r][k]: rank r's block of input k.
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputs,
                                                                       std::vector<at::Tensor> &inputs,
                                                                       const c10d::AllgatherOptions &opts) {
-  if (outputs.size() != inputs.size())
+  if (static_cast<int>(outputs.size()) != size_)
     fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_coalesced: " + std::to_string(outputs.size()) +
-                                         " output lists for " + std::to_string(inputs.size()) + " inputs");
+                                         " output lists for world size " + std::to_string(size_));
+  for (const auto &o : outputs)
+    if (o.size() != inputs.size())
+      fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_coalesced: an output list of " + std::to_string(o.size()) +
+                                           " tensors for " + std::to_string(inputs.size()) + " inputs");
   std::vector<at::Tensor> all_outputs;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (size_t i = 0; i < inputs.size(); i++) {
-    std::vector<std::vector<at::Tensor>> o{outputs[i]};
-    std::vector<at::Tensor> in{inputs[i]};
+  for (size_t k = 0; k < inputs.size(); k++) {
+    std::vector<std::vector<at::Tensor>> o(1);
+    for (int r = 0; r < size_; r++) o[0].push_back(outputs[r][k]);
+    std::vector<at::Tensor> in{inputs[k]};
     works.push_back(allgather(o, in, opts));
-    for (auto &t : outputs[i]) all_outputs.push_back(t);
   }
+  for (const auto &o : outputs) all_outputs.insert(all_outputs.end(), o.begin(), o.end());
   // Queued after the gathers: done when they are, failed if any failed.
   return enqueue(c10d::OpType::ALLGATHER_COALESCED, "ruccl:all_gather_coalesced", all_outputs, [works] {
     for (auto &w : works) w->wait();

@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -110,6 +111,11 @@ class ProcessGroupRuccl : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
 
+  // Collectives issued so far (point-to-point calls not counted), as gloo counts
+  // them: what torch's debug wrapper compares across ranks.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
   // One point-to-point operation, as the worker runs it.
   struct P2pOp {
     bool send;
@@ -138,6 +144,7 @@ class ProcessGroupRuccl : public c10d::Backend {
   bool stopping_ = false;
   std::thread worker_;
 
+  std::atomic<uint64_t> seq_{0};
   bool coalescing_ = false;
   std::vector<Job> coalesced_;
 };
