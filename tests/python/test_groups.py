@@ -1,0 +1,130 @@
+"""Subgroups, destroy + re-init, and the three init methods."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dist_harness import BACKEND, free_port, init_pg, run_workers
+
+
+# --- new_group ------------------------------------------------------------------------
+
+
+def w_subgroups(rank, ws):
+    assert ws == 3
+    # every rank takes part in creating every group; only members call its collectives
+    g12 = dist.new_group([1, 2])
+    g0 = dist.new_group([0])
+    g20 = dist.new_group([2, 0])
+
+    if rank in (1, 2):
+        assert dist.get_world_size(g12) == 2
+        assert dist.get_rank(g12) == rank - 1
+        assert dist.get_backend(g12) == BACKEND
+        t = torch.tensor([10.0 * rank + 1, rank, -rank])
+        dist.all_reduce(t, group=g12)
+        assert t.tolist() == [32.0, 3.0, -3.0], t
+        t = torch.arange(4, dtype=torch.int64) * rank
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=g12)
+        assert t.tolist() == [0, 2, 4, 6], t
+        b = torch.full((5,), 9, dtype=torch.int32) if rank == 2 else torch.zeros(5, dtype=torch.int32)
+        dist.broadcast(b, src=2, group=g12)  # src is a global rank
+        assert b.tolist() == [9] * 5, b
+        outs = [torch.zeros(2) for _ in range(2)]
+        dist.all_gather(outs, torch.full((2,), float(rank)), group=g12)
+        assert [o.tolist() for o in outs] == [[1.0, 1.0], [2.0, 2.0]], outs
+    else:
+        assert dist.get_rank(g12) == -1  # not a member
+
+    if rank == 0:  # a group of one
+        assert dist.get_world_size(g0) == 1
+        assert dist.get_rank(g0) == 0
+        t = torch.tensor([1.5, -2.0, 3.0])
+        dist.all_reduce(t, group=g0)
+        assert t.tolist() == [1.5, -2.0, 3.0], t
+        dist.broadcast(t, src=0, group=g0)
+        assert t.tolist() == [1.5, -2.0, 3.0], t
+        outs = [torch.zeros(3)]
+        dist.all_gather(outs, t, group=g0)
+        assert outs[0].tolist() == [1.5, -2.0, 3.0], outs
+        dist.barrier(group=g0)
+
+    if rank in (0, 2):  # ranks given out of order; group rank follows global order
+        assert dist.get_world_size(g20) == 2
+        assert dist.get_rank(g20) == rank // 2
+        b = torch.tensor([4.0, 5.0]) if rank == 2 else torch.zeros(2)
+        dist.broadcast(b, src=2, group=g20)
+        assert b.tolist() == [4.0, 5.0], b
+        r = torch.full((2,), rank + 1.0)
+        dist.reduce(r, dst=0, group=g20)
+        if rank == 0:
+            assert r.tolist() == [4.0, 4.0], r
+
+    # the default group still works after the subgroups' traffic
+    t = torch.full((3,), rank + 1.0)
+    dist.all_reduce(t)
+    assert t.tolist() == [6.0] * 3, t
+
+
+def test_subgroups(pools):
+    pools.run(3, w_subgroups)
+
+
+# --- destroy, then init again ---------------------------------------------------------
+
+
+def _check_world(rank, ws, tag):
+    t = torch.full((4,), rank + 1.0)
+    dist.all_reduce(t)
+    assert t.tolist() == [ws * (ws + 1) / 2] * 4, f"{tag}: all_reduce gave {t.tolist()}"
+    b = torch.arange(3) + 10 if rank == 0 else torch.zeros(3, dtype=torch.int64)
+    dist.broadcast(b, src=0)
+    assert b.tolist() == [10, 11, 12], f"{tag}: broadcast gave {b.tolist()}"
+
+
+def w_reinit(rank, ws, port1, store_file, port2):
+    sessions = [
+        ("env:// first", "env://", {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port1)}),
+        ("file:// second", f"file://{store_file}", {}),
+        ("env:// third, new port", "env://", {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port2)}),
+    ]
+    for tag, method, env in sessions:
+        os.environ.update(env)
+        init_pg(rank, ws, method)
+        _check_world(rank, ws, tag)
+        dist.destroy_process_group()
+        assert not dist.is_initialized(), f"{tag}: still initialised after destroy_process_group"
+
+
+def test_destroy_and_reinit(tmp_path):
+    run_workers(2, w_reinit, free_port(), str(tmp_path / "store"), free_port())
+
+
+# --- init methods ---------------------------------------------------------------------
+
+
+def w_init_method(rank, ws, method, arg):
+    if method == "env":
+        # everything from the environment, as torchrun passes it
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(arg), "RANK": str(rank), "WORLD_SIZE": str(ws)})
+        dist.init_process_group(backend=BACKEND, init_method="env://")
+        assert dist.get_rank() == rank and dist.get_world_size() == ws
+    elif method == "tcp":
+        init_pg(rank, ws, f"tcp://127.0.0.1:{arg}")
+    elif method == "file":
+        init_pg(rank, ws, f"file://{arg}")
+    else:
+        raise ValueError(method)
+    t = torch.tensor([rank + 1.0, 2.0 * rank])
+    dist.all_reduce(t)
+    expected = [ws * (ws + 1) / 2, float(ws * (ws - 1))]
+    assert t.tolist() == expected, f"{method}: all_reduce gave {t.tolist()}, expected {expected}"
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("method", ["env", "tcp", "file"])
+def test_init_method(method, tmp_path):
+    arg = str(tmp_path / "store") if method == "file" else free_port()
+    run_workers(2, w_init_method, method, arg)
