@@ -128,3 +128,40 @@ def w_init_method(rank, ws, method, arg):
 def test_init_method(method, tmp_path):
     arg = str(tmp_path / "store") if method == "file" else free_port()
     run_workers(2, w_init_method, method, arg)
+
+
+# --- destroy releases what the backend held -------------------------------------------
+
+
+def _held():
+    """(threads, sockets, ruccl shared-memory mappings) of this process."""
+    threads = len(os.listdir("/proc/self/task"))
+    sockets = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            sockets += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    with open("/proc/self/maps") as f:
+        shm = sum("/dev/shm/ruccl-" in line for line in f)
+    return threads, sockets, shm
+
+
+def w_release(rank, ws, ports):
+    seen = []
+    for k, port in enumerate(ports):
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        init_pg(rank, ws, "env://")
+        _check_world(rank, ws, f"cycle {k}")
+        if k == 0:
+            during = _held()
+        dist.destroy_process_group()
+        seen.append(_held())
+    # what one session holds is given back: later cycles end where the first did
+    assert all(s == seen[0] for s in seen), f"threads, sockets, shm mappings after each destroy: {seen}"
+    assert seen[0][2] == 0, f"shared-memory mappings left after destroy: {seen[0][2]}"
+    assert during[0] > seen[0][0] or BACKEND != "ruccl", f"the backend's worker thread was not seen: {during} vs {seen}"
+
+
+def test_destroy_releases_threads_sockets_and_shared_memory():
+    run_workers(2, w_release, [free_port() for _ in range(3)])
