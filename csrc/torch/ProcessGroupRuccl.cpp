@@ -270,19 +270,45 @@ void ProcessGroupRuccl::shutdown() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, const char *title,
                                                           std::vector<at::Tensor> outputs, std::function<void()> run,
-                                                          std::vector<P2pOp> p2p) {
+                                                          std::vector<P2pOp> p2p, bool caller_waits) {
   if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_++;
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs));
   Job job{std::move(run), std::move(p2p), work};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
-  if (coalescing_) {
-    coalesced_.push_back(std::move(job));
-  } else {
-    queue_.push_back(std::move(job));
-    cv_.notify_one();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
+    if (coalescing_) {
+      coalesced_.push_back(std::move(job));
+      return work;
+    }
+    if (!caller_waits || busy_ || !queue_.empty()) {
+      queue_.push_back(std::move(job));
+      cv_.notify_all();
+      return work;
+    }
+    busy_ = true;
   }
+  run_job(job);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
   return work;
+}
+
+void ProcessGroupRuccl::run_job(Job &job) {
+  std::exception_ptr error;
+  try {
+    if (!job.p2p.empty()) {
+      run_p2p(job.p2p);
+    } else {
+      job.run();
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  job.work->complete(error);
 }
 
 void ProcessGroupRuccl::startCoalescing() {
@@ -336,22 +362,18 @@ void ProcessGroupRuccl::worker_loop() {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;
       job = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
-    std::exception_ptr error;
-    try {
-      if (!job.p2p.empty()) {
-        run_p2p(job.p2p);
-      } else {
-        job.run();
-      }
-    } catch (...) {
-      error = std::current_exception();
+    run_job(job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
     }
-    job.work->complete(error);
+    cv_.notify_all();
   }
 }
 
@@ -382,7 +404,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tens
     ruccl_tensor_t v = view(h.host);
     check(ruccl_all_reduce(comm_, &v, &v, op));
     h.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
@@ -411,7 +433,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tens
     ruccl_tensor_t v = view(h.host);
     check(ruccl_broadcast_from(comm_, &v, root));
     h.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor> &tensors,
@@ -426,11 +448,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
     bool is_root = static_cast<int>(root) == rank_;
     check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op, root));
     if (is_root) h.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &output, at::Tensor &input,
-                                                                  const c10d::AllgatherOptions &) {
+                                                                  const c10d::AllgatherOptions &opts) {
   dtype_of(input.scalar_type());
   if (output.numel() != input.numel() * size_)
     fail(RUCCL_ERR_SHAPE_MISMATCH, "all_gather_into_tensor: output has " + std::to_string(output.numel()) +
@@ -442,12 +464,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &ou
     ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
     check(ruccl_all_gather(comm_, &vi, &vo));
     ho.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                                                             std::vector<at::Tensor> &inputs,
-                                                            const c10d::AllgatherOptions &) {
+                                                            const c10d::AllgatherOptions &opts) {
   need_one(inputs, "allgather");
   if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_)
     fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather needs one output list of world size " + std::to_string(size_));
@@ -463,7 +485,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vec
     check(ruccl_all_gather(comm_, &vi, &vo));
     for (size_t k = 0; k < outs.size(); k++)
       outs[k].copy_(flat.narrow(0, static_cast<int64_t>(k) * in.numel(), in.numel()).view(outs[k].sizes()));
-  });
+  }, {}, !opts.asyncOp);
 }
 
 // outputs[r][k]: rank r's block of input k.
@@ -518,7 +540,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tenso
     ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -539,7 +561,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
     ruccl_tensor_t vi = view(in), vo = view(ho.host);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  });
+  }, {}, !opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesced(
@@ -553,8 +575,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesce
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::barrier(const c10d::BarrierOptions &) {
-  return enqueue(c10d::OpType::BARRIER, "ruccl:barrier", {}, [this] { check(ruccl_barrier(comm_)); });
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::barrier(const c10d::BarrierOptions &opts) {
+  return enqueue(c10d::OpType::BARRIER, "ruccl:barrier", {}, [this] { check(ruccl_barrier(comm_)); }, {},
+                 !opts.asyncOp);
 }
 
 // ---- point-to-point and what torch builds on it ----------------------------------

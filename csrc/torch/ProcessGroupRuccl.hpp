@@ -132,15 +132,20 @@ class ProcessGroupRuccl : public c10d::Backend {
     c10::intrusive_ptr<WorkRuccl> work;
   };
 
+  // caller_waits (a collective called with async_op=False): when nothing is queued
+  // or running, the call runs on the caller's thread, saving two thread hand-offs.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
-                                         std::function<void()> run, std::vector<P2pOp> p2p = {});
+                                         std::function<void()> run, std::vector<P2pOp> p2p = {},
+                                         bool caller_waits = false);
   void worker_loop();
+  void run_job(Job &job); // runs it and completes its work, never throws
   void run_p2p(std::vector<P2pOp> &ops);
 
   ruccl_comm_t *comm_ = nullptr;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  bool busy_ = false; /* a job is running, on the worker or inline on a caller */
   bool stopping_ = false;
   std::thread worker_;
 
