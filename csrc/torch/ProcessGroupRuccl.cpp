@@ -193,6 +193,25 @@ std::string group_name_for(const std::string &group_id) {
   return name;
 }
 
+// Rank 0 draws a random secret for the session and shares it through the store.
+// Each rank takes one ticket per session: tickets [k*size, (k+1)*size) are session
+// k's, so a store that outlives a session serves the next one too.
+std::string shared_secret(c10d::Store &store, const std::string &base, int rank, int size,
+                          std::chrono::milliseconds timeout) {
+  int64_t session = (store.add(base + "/secret_tickets", 1) - 1) / size;
+  const std::string key = base + "/secret/" + std::to_string(session);
+  if (rank == 0) {
+    std::random_device rd;
+    std::vector<uint8_t> bytes(32);
+    for (auto &b : bytes) b = static_cast<uint8_t>(rd() & 0xff);
+    store.set(key, bytes);
+    return std::string(bytes.begin(), bytes.end());
+  }
+  store.wait({key}, timeout);
+  auto v = store.get(key);
+  return std::string(v.begin(), v.end());
+}
+
 }  // namespace
 
 // ---- Work ------------------------------------------------------------------------
@@ -224,21 +243,16 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
   check(ruccl_config_set_group_name(&cfg, group_name_for(o.group_id).c_str()));
   if (o.size > 1) {
     if (!o.store) fail(RUCCL_ERR_INVALID_CONFIG, "the backend needs torch's store to rendezvous");
-    // The session secret: RUCCL_SECRET, else rank 0 draws one and shares it through
-    // the store, so that no stranger can join the data connections.
+    // The session secret (no stranger joins the data connections): RUCCL_SECRET, else
+    // one rank 0 shares through the store.
     std::string secret;
     if (const char *env = std::getenv("RUCCL_SECRET")) {
       secret = env;
     } else {
-      const std::string key = "ruccl/" + group_name_for(o.group_id) + "/secret";
-      if (o.rank == 0) {
-        std::random_device rd;
-        for (int i = 0; i < 32; i++) secret += static_cast<char>(rd() & 0xff);
-        o.store->set(key, std::vector<uint8_t>(secret.begin(), secret.end()));
-      } else {
-        o.store->wait({key}, o.timeout);
-        auto v = o.store->get(key);
-        secret.assign(v.begin(), v.end());
+      try {
+        secret = shared_secret(*o.store, "ruccl/" + group_name_for(o.group_id), o.rank, o.size, o.timeout);
+      } catch (const std::exception &e) {
+        fail(RUCCL_ERR_TIMEOUT, std::string("the session secret did not come through the store: ") + e.what());
       }
     }
     ruccl_store_t st{store_set, store_get, store_add, o.store.get()};
