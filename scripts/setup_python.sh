@@ -10,7 +10,7 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] 
   echo "setup: installing torch==2.13.0"
   "$py" -m pip install -q torch==2.13.0
 fi
-for mod in pytest expecttest; do
+for mod in pytest expecttest wheel; do
   "$py" -c "import $mod" 2>/dev/null || { echo "setup: installing $mod"; "$py" -m pip install -q "$mod"; }
 done
 (cd "$root" && "$py" setup.py -q build_ext --inplace >/dev/null)
