@@ -179,8 +179,11 @@ ruccl_result_t ruccl_barrier(ruccl_comm_t *);
 
 /* Point-to-point.  A send and the matching receive name each other's peer id and
    move the same number of bytes (dtype and shape are the caller's business, as in
-   NCCL); sends and receives between one pair of peers pair up in the order they were
-   called, independently of the collectives' sequence.  A failure in the middle of a
+   NCCL).  Between one pair of peers, point-to-point messages travel in one ordered
+   stream with the collectives' messages: both sides must issue their sends and
+   receives in the same order relative to their collectives, and a receive that
+   meets a collective's message (or a send of another size) is RUCCL_ERR_PROTOCOL,
+   never taken as data.  A failure in the middle of a
    transfer (a size that does not match, a timeout, a lost peer) breaks the session
    as a failed collective does.  Between nodes, only peers of local index 0 (the node
    leaders, which is every peer when each process has one device) exchange directly;

@@ -6,7 +6,7 @@
 Each process is one ruCCL node; the nodes rendezvous through the store torch hands
 the backend (env://, tcp://, file://), so no extra server runs.  This node's data
 address is RUCCL_NODE_ADDRESS when set, else the local address that routes toward
-MASTER_ADDR, else 127.0.0.1.
+the rendezvous host (MASTER_ADDR, or the TCPStore's host), else 127.0.0.1.
 """
 import os
 import socket
@@ -23,16 +23,31 @@ ProcessGroupRuccl = _C.ProcessGroupRuccl
 version = _C.version
 
 
-def node_address() -> str:
-    """The address other nodes reach this process's data service on."""
+def _store_host(store):
+    """The host of the TCPStore behind torch's prefix stores, if that is what it is."""
+    for _ in range(16):
+        if isinstance(store, dist.TCPStore):
+            return store.host
+        inner = getattr(store, "underlying_store", None)
+        if inner is None:
+            return None
+        store = inner
+    return None
+
+
+def node_address(store=None) -> str:
+    """The address other nodes reach this process's data service on: RUCCL_NODE_ADDRESS,
+    else the local address that routes toward the rendezvous host (MASTER_ADDR, or the
+    TCPStore's host), else 127.0.0.1."""
     explicit = os.environ.get("RUCCL_NODE_ADDRESS")
     if explicit:
         return explicit
-    master = os.environ.get("MASTER_ADDR")
-    if master and master not in ("localhost", "127.0.0.1", "::1"):
+    for host in (os.environ.get("MASTER_ADDR"), _store_host(store)):
+        if not host or host in ("localhost", "127.0.0.1", "::1"):
+            continue
         try:  # no packet is sent: connect() on UDP only picks the route
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect((master, int(os.environ.get("MASTER_PORT", "29500"))))
+                s.connect((host, 9))
                 return s.getsockname()[0]
         except OSError:
             pass
@@ -47,7 +62,7 @@ def _create(dist_opts, backend_opts=None):
         dist_opts.group_size,
         timeout,
         str(dist_opts.group_id),
-        node_address(),
+        node_address(dist_opts.store),
     )
 
 

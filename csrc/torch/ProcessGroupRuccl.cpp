@@ -3,6 +3,8 @@
 #include "ProcessGroupRuccl.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -80,6 +82,7 @@ struct Host {
 
 // torch's reduce op as the core's, for this dtype (bool: or is max, and is min).
 ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
+  dtype_of(t);
   bool boolean = t == at::kBool;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return boolean ? RUCCL_MAX : RUCCL_SUM;
@@ -142,6 +145,26 @@ std::vector<at::Tensor> split_rows(const at::Tensor &t, const std::vector<int64_
   if (t.dim() && at_row != t.size(0))
     fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(what) + ": split sizes do not add up to dim 0");
   return out;
+}
+
+void check_gather_base(const at::Tensor &output, const at::Tensor &input, int size) {
+  dtype_of(input.scalar_type());
+  if (input.scalar_type() != output.scalar_type())
+    fail(RUCCL_ERR_DTYPE_MISMATCH, "all_gather_into_tensor: input and output dtypes differ");
+  if (output.numel() != input.numel() * size)
+    fail(RUCCL_ERR_SHAPE_MISMATCH, "all_gather_into_tensor: output has " + std::to_string(output.numel()) +
+                                       " elements, world size x input " + std::to_string(input.numel() * size));
+}
+
+ruccl_reduce_op_t check_scatter_base(const at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op,
+                                     int size) {
+  ruccl_reduce_op_t rop = op_of(op, input.scalar_type());
+  if (input.scalar_type() != output.scalar_type())
+    fail(RUCCL_ERR_DTYPE_MISMATCH, "reduce_scatter_tensor: input and output dtypes differ");
+  if (input.numel() != output.numel() * size)
+    fail(RUCCL_ERR_SHAPE_MISMATCH, "reduce_scatter_tensor: input has " + std::to_string(input.numel()) +
+                                       " elements, world size x output " + std::to_string(output.numel() * size));
+  return rop;
 }
 
 // ---- the store adapter: torch's c10d::Store behind ruccl_store_t -------------------
@@ -263,131 +286,218 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
     check(ruccl_config_set_secret(&cfg, secret.data(), secret.size()));
   }
   check(ruccl_register(static_cast<uint32_t>(o.rank), ruccl_device_t{RUCCL_DEVICE_CPU, 0}, &cfg, &comm_));
-  worker_ = std::thread([this] { worker_loop(); });
+  for (int i = 0; i < 2; i++) workers_.emplace_back(worker_loop, this, q_);
 }
 
 ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
 
+// Runs what was queued, fails what was being coalesced, stops the workers and ends
+// this peer's session.  Called again (destroy_process_group, then the destructor),
+// it waits for the first call.  Called on a worker (a future callback that destroys
+// the group), that worker is let go instead of joined: it touches nothing of ours
+// after the callback (see worker_loop).
 void ProcessGroupRuccl::shutdown() {
+  std::vector<Job> stale;
+  std::vector<std::thread> workers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !worker_.joinable() && !comm_) return;
-    stopping_ = true;
+    std::unique_lock<std::mutex> lock(q_->mu);
+    if (q_->stopping) {
+      q_->cv.wait(lock, [this] { return q_->shut; });
+      return;
+    }
+    q_->stopping = true;
+    q_->coalescing = false;
+    stale.swap(q_->coalesced);
+    workers.swap(workers_);
   }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();  // runs what was queued, then stops
+  q_->cv.notify_all();
+  auto gone = std::make_exception_ptr(std::runtime_error(
+      "RUCCL_ERR_NOT_REGISTERED: the process group was shut down before its coalesced ops were issued"));
+  for (auto &j : stale) complete(j, gone);
+  for (auto &w : workers) {
+    if (w.get_id() == std::this_thread::get_id()) {
+      w.detach();
+    } else {
+      w.join(); // runs what was queued, then stops
+    }
+  }
+  {
+    std::unique_lock<std::mutex> lock(q_->mu);
+    q_->cv.wait(lock, [this] { return !q_->busy; }); // an inline job on another caller
+  }
   if (comm_) {
     ruccl_finish(comm_);
     comm_ = nullptr;
   }
+  {
+    std::lock_guard<std::mutex> lock(q_->mu);
+    q_->shut = true;
+  }
+  q_->cv.notify_all();
+}
+
+// The current stream of the first device tensor: the job runs its copies on it, so
+// that they follow what the caller queued there and precede what it queues next.
+static std::optional<c10::Stream> caller_stream(const std::vector<at::Tensor> &tensors) {
+  for (const auto &t : tensors)
+    if (t.defined() && !t.device().is_cpu()) {
+      c10::impl::VirtualGuardImpl impl(t.device().type());
+      return impl.getStream(t.device());
+    }
+  return std::nullopt;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, const char *title,
                                                           std::vector<at::Tensor> outputs, std::function<void()> run,
-                                                          std::vector<P2pOp> p2p, bool caller_waits) {
-  if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_++;
+                                                          std::vector<P2pOp> p2p, bool caller_waits,
+                                                          std::function<void()> after) {
+  std::vector<at::Tensor> touched = outputs;
+  for (const auto &op : p2p) touched.push_back(op.tensor);
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs));
-  Job job{std::move(run), std::move(p2p), work};
+  Job job{std::move(run), std::move(p2p), work, caller_stream(touched), std::move(after)};
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
-    if (coalescing_) {
-      coalesced_.push_back(std::move(job));
+    std::unique_lock<std::mutex> lock(q_->mu);
+    if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
+    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_++;
+    if (q_->coalescing) {
+      if (caller_waits)
+        fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(title) + " with async_op=False inside a coalescing block: "
+                                                           "it would wait for ops that run only at its end");
+      q_->coalesced.push_back(std::move(job));
       return work;
     }
-    if (!caller_waits || busy_ || !queue_.empty()) {
-      queue_.push_back(std::move(job));
-      cv_.notify_all();
+    if (!caller_waits || q_->busy || !q_->jobs.empty()) {
+      q_->jobs.push_back(std::move(job));
+      q_->cv.notify_all();
       return work;
     }
-    busy_ = true;
+    q_->busy = true;
   }
-  run_job(job);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-  }
-  cv_.notify_all();
+  std::exception_ptr error = run_job(job);
+  release();
+  finish_job(job, error);
   return work;
 }
 
-void ProcessGroupRuccl::run_job(Job &job) {
-  std::exception_ptr error;
+void ProcessGroupRuccl::release() {
+  {
+    std::lock_guard<std::mutex> lock(q_->mu);
+    q_->busy = false;
+  }
+  q_->cv.notify_all();
+}
+
+std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
   try {
+    c10::OptionalStreamGuard guard(job.stream);
     if (!job.p2p.empty()) {
       run_p2p(job.p2p);
     } else {
       job.run();
     }
+    return nullptr;
+  } catch (const c10::Error &e) { // torch's own checks (a copy into a bad output...)
+    return std::make_exception_ptr(
+        std::runtime_error(std::string("RUCCL_ERR_INVALID_ARGUMENT: ") + e.what_without_backtrace()));
+  } catch (const std::exception &e) {
+    if (std::strncmp(e.what(), "RUCCL_ERR_", 10) == 0) return std::current_exception();
+    return std::make_exception_ptr(std::runtime_error(std::string("RUCCL_ERR_INVALID_ARGUMENT: ") + e.what()));
   } catch (...) {
-    error = std::current_exception();
+    return std::current_exception();
   }
-  job.work->complete(error);
+}
+
+void ProcessGroupRuccl::finish_job(Job &job, std::exception_ptr error) {
+  if (job.after) job.after();
+  complete(job, error);
+}
+
+void ProcessGroupRuccl::complete(Job &job, std::exception_ptr error) {
+  try {
+    job.work->complete(error);
+  } catch (const std::exception &e) {
+    TORCH_WARN("ruccl: completing a work raised: ", e.what());
+  } catch (...) {
+    TORCH_WARN("ruccl: completing a work raised");
+  }
 }
 
 void ProcessGroupRuccl::startCoalescing() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (coalescing_) fail(RUCCL_ERR_INVALID_ARGUMENT, "startCoalescing while already coalescing");
-  coalescing_ = true;
+  std::vector<Job> stale;
+  {
+    std::lock_guard<std::mutex> lock(q_->mu);
+    if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
+    // A block that never reached its end (an op in it threw, and torch's coalescing
+    // manager does not end it then): its ops fail rather than wedge the group.
+    stale.swap(q_->coalesced);
+    q_->coalescing = true;
+  }
+  auto abandoned = std::make_exception_ptr(std::runtime_error(
+      "RUCCL_ERR_INVALID_ARGUMENT: a coalescing block was left without endCoalescing; its ops did not run"));
+  for (auto &j : stale) complete(j, abandoned);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
   std::vector<Job> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!coalescing_) fail(RUCCL_ERR_INVALID_ARGUMENT, "endCoalescing without startCoalescing");
-    coalescing_ = false;
-    jobs.swap(coalesced_);
+    std::lock_guard<std::mutex> lock(q_->mu);
+    if (!q_->coalescing) fail(RUCCL_ERR_INVALID_ARGUMENT, "endCoalescing without startCoalescing");
+    q_->coalescing = false;
+    jobs.swap(q_->coalesced);
   }
   std::vector<at::Tensor> outputs;
   for (auto &j : jobs)
     for (auto &t : j.work->result()) outputs.push_back(t);
   auto shared = std::make_shared<std::vector<Job>>(std::move(jobs));
-  // Runs the recorded ops in order, consecutive point-to-point ones as one group;
-  // each op's own work completes with the whole.
-  return enqueue(c10d::OpType::COALESCED, "ruccl:coalesced", outputs, [this, shared] {
-    std::exception_ptr error;
+  auto errors = std::make_shared<std::vector<std::exception_ptr>>(shared->size());
+  // Runs the recorded ops in order, consecutive point-to-point ones as one group; an
+  // op after a failed one does not run and fails with it.  Their works complete
+  // once the group is free again.
+  auto run = [this, shared, errors] {
     auto &jobs = *shared;
-    size_t done = 0;
+    std::exception_ptr error;
     for (size_t i = 0; i < jobs.size() && !error;) {
       size_t j = i + 1;
-      try {
-        if (!jobs[i].p2p.empty()) {
-          std::vector<P2pOp> ops;
-          for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++)
-            ops.insert(ops.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
-          run_p2p(ops);
-        } else {
-          jobs[i].run();
-        }
-        for (; done < j; done++) jobs[done].work->complete(nullptr);
-      } catch (...) {
-        error = std::current_exception();
+      if (!jobs[i].p2p.empty()) {
+        Job group;
+        for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++)
+          group.p2p.insert(group.p2p.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
+        group.stream = jobs[i].stream;
+        error = run_job(group);
+      } else {
+        error = run_job(jobs[i]);
       }
-      i = j;
+      for (; i < j; i++) (*errors)[i] = error;
     }
-    for (; done < jobs.size(); done++) jobs[done].work->complete(error);
+    for (auto &e : *errors)
+      if (!e) e = error;
     if (error) std::rethrow_exception(error);
+  };
+  return enqueue(c10d::OpType::COALESCED, "ruccl:coalesced", outputs, run, {}, false, [shared, errors] {
+    for (size_t i = 0; i < shared->size(); i++) complete((*shared)[i], (*errors)[i]);
   });
 }
 
-void ProcessGroupRuccl::worker_loop() {
+// Touches the backend only to run a job: a job is queued only while the backend lives,
+// and shutdown() runs the queue dry before it returns.
+void ProcessGroupRuccl::worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q) {
   for (;;) {
     Job job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      std::unique_lock<std::mutex> lock(q->mu);
+      q->cv.wait(lock, [&q] { return !q->busy && (q->stopping || !q->jobs.empty()); });
+      if (q->jobs.empty()) return;
+      job = std::move(q->jobs.front());
+      q->jobs.pop_front();
+      q->busy = true;
     }
-    run_job(job);
+    std::exception_ptr error = self->run_job(job);
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
+      std::lock_guard<std::mutex> lock(q->mu);
+      q->busy = false;
     }
-    cv_.notify_all();
+    q->cv.notify_all();
+    finish_job(job, error); // callbacks run here, with the group free for the other worker
   }
 }
 
@@ -467,11 +577,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                                   const c10d::AllgatherOptions &opts) {
-  dtype_of(input.scalar_type());
-  if (output.numel() != input.numel() * size_)
-    fail(RUCCL_ERR_SHAPE_MISMATCH, "all_gather_into_tensor: output has " + std::to_string(output.numel()) +
-                                       " elements, world size x input " + std::to_string(input.numel() * size_));
-  need_same(output.flatten().narrow(0, 0, input.numel()), input.flatten(), "all_gather_into_tensor output/input");
+  check_gather_base(output, input, size_);
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "ruccl:all_gather_into_tensor", {out}, [this, out, in] {
     Host hi(in), ho(out, false);
@@ -513,6 +619,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_coalesced(std::vecto
     if (o.size() != inputs.size())
       fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_coalesced: an output list of " + std::to_string(o.size()) +
                                            " tensors for " + std::to_string(inputs.size()) + " inputs");
+  for (size_t k = 0; k < inputs.size(); k++) { // all checked before any is queued
+    dtype_of(inputs[k].scalar_type());
+    for (int r = 0; r < size_; r++) need_same(outputs[r][k], inputs[k], "allgather_coalesced output/input");
+  }
   std::vector<at::Tensor> all_outputs;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (size_t k = 0; k < inputs.size(); k++) {
@@ -533,6 +643,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesce
                                                                                   const c10d::AllgatherOptions &opts) {
   if (outputs.size() != inputs.size())
     fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_into_tensor_coalesced: output and input counts differ");
+  for (size_t i = 0; i < inputs.size(); i++) check_gather_base(outputs[i], inputs[i], size_);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (size_t i = 0; i < inputs.size(); i++) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
   return enqueue(c10d::OpType::COALESCED, "ruccl:all_gather_into_tensor_coalesced", outputs, [works] {
@@ -542,12 +653,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesce
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                                        const c10d::ReduceScatterOptions &opts) {
-  ruccl_reduce_op_t op = op_of(opts.reduceOp, input.scalar_type());
-  if (input.numel() != output.numel() * size_)
-    fail(RUCCL_ERR_SHAPE_MISMATCH, "reduce_scatter_tensor: input has " + std::to_string(input.numel()) +
-                                       " elements, world size x output " + std::to_string(output.numel() * size_));
-  if (input.scalar_type() != output.scalar_type())
-    fail(RUCCL_ERR_DTYPE_MISMATCH, "reduce_scatter_tensor: input and output dtypes differ");
+  ruccl_reduce_op_t op = check_scatter_base(output, input, opts.reduceOp, size_);
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "ruccl:reduce_scatter_tensor", {out}, [this, out, in, op] {
     Host hi(in), ho(out, false);
@@ -582,6 +688,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
   if (outputs.size() != inputs.size())
     fail(RUCCL_ERR_INVALID_ARGUMENT, "reduce_scatter_tensor_coalesced: output and input counts differ");
+  for (size_t i = 0; i < inputs.size(); i++) check_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   for (size_t i = 0; i < inputs.size(); i++) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
   return enqueue(c10d::OpType::COALESCED, "ruccl:reduce_scatter_tensor_coalesced", outputs, [works] {

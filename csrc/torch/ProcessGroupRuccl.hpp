@@ -14,12 +14,15 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <c10/core/Stream.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,28 +133,40 @@ class ProcessGroupRuccl : public c10d::Backend {
     std::function<void()> run;
     std::vector<P2pOp> p2p;
     c10::intrusive_ptr<WorkRuccl> work;
+    std::optional<c10::Stream> stream; // a device tensor's: the caller's current stream
+    std::function<void()> after;       // run after the group is free, before the work completes
+  };
+
+  // The queue, shared with the workers: a worker whose future callback destroyed the
+  // backend (shutdown() lets that thread go) still finds it after the callback.
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> jobs;
+    bool busy = false;     // a job is running, on a worker or inline on a caller
+    bool stopping = false; // shutdown has begun: nothing new is queued
+    bool shut = false;     // shutdown has finished: workers joined, comm finished
+    bool coalescing = false;
+    std::vector<Job> coalesced;
   };
 
   // caller_waits (a collective called with async_op=False): when nothing is queued
   // or running, the call runs on the caller's thread, saving two thread hand-offs.
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
                                          std::function<void()> run, std::vector<P2pOp> p2p = {},
-                                         bool caller_waits = false);
-  void worker_loop();
-  void run_job(Job &job); // runs it and completes its work, never throws
+                                         bool caller_waits = false, std::function<void()> after = nullptr);
+  static void worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q);
+  // Runs the job (never throws); returns the error, if any, for complete().
+  std::exception_ptr run_job(Job &job);
+  static void complete(Job &job, std::exception_ptr error);   // the work and its future; never throws
+  static void finish_job(Job &job, std::exception_ptr error); // after, then complete
+  void release();
   void run_p2p(std::vector<P2pOp> &ops);
 
   ruccl_comm_t *comm_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool busy_ = false; /* a job is running, on the worker or inline on a caller */
-  bool stopping_ = false;
-  std::thread worker_;
-
+  std::shared_ptr<Queue> q_ = std::make_shared<Queue>();
+  std::vector<std::thread> workers_;
   std::atomic<uint64_t> seq_{0};
-  bool coalescing_ = false;
-  std::vector<Job> coalesced_;
 };
 
 }  // namespace ruccl_torch

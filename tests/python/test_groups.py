@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dist_harness import BACKEND, free_port, init_pg, run_workers
+from dist_harness import BACKEND, free_port, init_pg, run_workers, skip_on_gloo
 
 
 # --- new_group ------------------------------------------------------------------------
@@ -165,3 +165,23 @@ def w_release(rank, ws, ports):
 
 def test_destroy_releases_threads_sockets_and_shared_memory():
     run_workers(2, w_release, [free_port() for _ in range(3)])
+
+
+def w_destroy_in_callback(rank, ws, port1, port2):
+    """destroy_process_group() from a future callback (a thread of the backend itself):
+    no crash, no hang, and the process can start a new group."""
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port1)})
+    init_pg(rank, ws, "env://")
+    t = torch.ones(3)
+    fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: dist.destroy_process_group() or f.value())
+    assert fut.wait()[0].tolist() == [float(ws)] * 3
+    assert not dist.is_initialized(), "destroyed in the callback"
+    os.environ["MASTER_PORT"] = str(port2)
+    init_pg(rank, ws, "env://")
+    _check_world(rank, ws, "after a destroy in a callback")
+    dist.destroy_process_group()
+
+
+@skip_on_gloo("gloo aborts the process: its destructor joins the thread it runs on (std::system_error)")
+def test_destroy_in_a_future_callback():
+    run_workers(2, w_destroy_in_callback, free_port(), free_port())
