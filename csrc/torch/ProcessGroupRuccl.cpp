@@ -245,7 +245,7 @@ WorkRuccl::WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector
   for (const auto &t : outputs_)
     if (!t.device().is_cpu() && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
       devices.push_back(t.device());
-  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), devices);
 }
 
 void WorkRuccl::complete(std::exception_ptr error) {
@@ -379,12 +379,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
   return work;
 }
 
-void ProcessGroupRuccl::release() {
+// Wakes the workers only when one has something to do (waking idle threads on every
+// inline call costs more than the call on a small machine).
+void ProcessGroupRuccl::release() { release_queue(*q_); }
+
+void ProcessGroupRuccl::release_queue(Queue &q) {
+  bool wake;
   {
-    std::lock_guard<std::mutex> lock(q_->mu);
-    q_->busy = false;
+    std::lock_guard<std::mutex> lock(q.mu);
+    q.busy = false;
+    wake = !q.jobs.empty() || q.stopping;
   }
-  q_->cv.notify_all();
+  if (wake) q.cv.notify_all();
 }
 
 std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
@@ -492,11 +498,7 @@ void ProcessGroupRuccl::worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Que
       q->busy = true;
     }
     std::exception_ptr error = self->run_job(job);
-    {
-      std::lock_guard<std::mutex> lock(q->mu);
-      q->busy = false;
-    }
-    q->cv.notify_all();
+    release_queue(*q);
     finish_job(job, error); // callbacks run here, with the group free for the other worker
   }
 }

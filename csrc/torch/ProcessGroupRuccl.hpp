@@ -161,6 +161,7 @@ class ProcessGroupRuccl : public c10d::Backend {
   static void complete(Job &job, std::exception_ptr error);   // the work and its future; never throws
   static void finish_job(Job &job, std::exception_ptr error); // after, then complete
   void release();
+  static void release_queue(Queue &q);
   void run_p2p(std::vector<P2pOp> &ops);
 
   ruccl_comm_t *comm_ = nullptr;
