@@ -29,3 +29,5 @@ cd "$root"
 python3 -m pytest tests/python -q -p no:cacheprovider
 echo "=== PyTorch's distributed test suite, backend ruccl, 2 ranks ==="
 WORLD_SIZE=2 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider
+echo "=== PyTorch's distributed test suite, backend ruccl, 3 ranks (the tests that need more than 2) ==="
+WORLD_SIZE=3 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider
