@@ -158,37 +158,37 @@ TEST(P2p, BadArgumentsLoseNothing) {
 // point-to-point message, is a protocol error, never silently truncated or mixed;
 // it ends the session, so the other side's next call fails too instead of pairing
 // wrongly.
-TEST(P2p, SizeMismatchIsAProtocolErrorAndEndsTheSession) {
+/* Two peers: each makes its call, then a barrier.  The one at `failing` must get
+   PROTOCOL; the barrier fails on both, as the session is over. */
+void ExpectProtocolErrorThenBrokenSession(size_t failing, const std::function<ruccl_result_t(ruccl_comm_t *, size_t)> &call) {
   std::vector<uint32_t> ids = {0, 1};
   ruccl_config_t cfg = MakeConfig(2, Auto(), 2000);
   std::vector<ruccl_result_t> rcs(2, RUCCL_NUM_RESULTS), next(2, RUCCL_NUM_RESULTS);
   RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
-    Bytes b(i == 0 ? 32 : 16, 3);
-    ruccl_tensor_t t = Vec(b, RUCCL_UINT8, b.size());
-    rcs[i] = i == 0 ? ruccl_send(comm, &t, 1) : ruccl_recv(comm, &t, 0);
+    rcs[i] = call(comm, i);
     next[i] = ruccl_barrier(comm);
   });
   EXPECT_TRUE(AllOk(r));
-  EXPECT_EQ(RUCCL_ERR_PROTOCOL, rcs[1]);
+  EXPECT_EQ(RUCCL_ERR_PROTOCOL, rcs[failing]);
   EXPECT_NE(RUCCL_OK, next[0]);
   EXPECT_NE(RUCCL_OK, next[1]);
 }
 
+TEST(P2p, SizeMismatchIsAProtocolErrorAndEndsTheSession) {
+  ExpectProtocolErrorThenBrokenSession(1, [](ruccl_comm_t *comm, size_t i) {
+    Bytes b(i == 0 ? 32 : 16, 3);
+    ruccl_tensor_t t = Vec(b, RUCCL_UINT8, b.size());
+    return i == 0 ? ruccl_send(comm, &t, 1) : ruccl_recv(comm, &t, 0);
+  });
+}
+
 TEST(P2p, CollectiveThatMeetsASendIsAProtocolError) {
-  std::vector<uint32_t> ids = {0, 1};
-  ruccl_config_t cfg = MakeConfig(2, Auto(), 2000);
-  std::vector<ruccl_result_t> rcs(2, RUCCL_NUM_RESULTS), next(2, RUCCL_NUM_RESULTS);
-  RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
+  ExpectProtocolErrorThenBrokenSession(0, [](ruccl_comm_t *comm, size_t i) {
     Bytes b(64, 3), o(64, 0);
     ruccl_tensor_t t = Vec(b, RUCCL_UINT8, 64), out = Vec(o, RUCCL_UINT8, 64);
     /* peer 0 gathers the collective's descriptors: it reads peer 1's send first */
-    rcs[i] = i == 1 ? ruccl_send(comm, &t, 0) : ruccl_all_reduce(comm, &t, &out, RUCCL_SUM);
-    next[i] = ruccl_barrier(comm);
+    return i == 1 ? ruccl_send(comm, &t, 0) : ruccl_all_reduce(comm, &t, &out, RUCCL_SUM);
   });
-  EXPECT_TRUE(AllOk(r));
-  EXPECT_EQ(RUCCL_ERR_PROTOCOL, rcs[0]);
-  EXPECT_NE(RUCCL_OK, next[0]);
-  EXPECT_NE(RUCCL_OK, next[1]);
 }
 
 TEST(P2p, ReceiveWithNoSenderTimesOut) {
