@@ -34,14 +34,21 @@ static ruccl_args_t phase_args(const ruccl_args_t *a, const void *src, void *dst
 }
 
 static ruccl_result_t hier_all_reduce(const ruccl_hier_t *h, const ruccl_args_t *a) {
-  ruccl_args_t l = phase_args(a, a->src, a->dst, a->count, LEADER, h->local_arity);
-  ruccl_result_t rc = h->local->reduce(h->local_team, &l);
+  /* One peer per node (every torch process): no local phase, and the leaders'
+     all-reduce reads the input where it is instead of after a copy into dst. */
+  int alone = h->local_team->n == 1;
+  ruccl_result_t rc = RUCCL_OK;
+  if (!alone) {
+    ruccl_args_t l = phase_args(a, a->src, a->dst, a->count, LEADER, h->local_arity);
+    rc = h->local->reduce(h->local_team, &l);
+  }
   if (rc == RUCCL_OK && h->net_team) {
     ruccl_args_t n = *a;
-    n.src = a->dst;
+    n.src = alone ? a->src : a->dst;
     n.arity = h->global_arity;
     rc = h->global->all_reduce(h->net_team, &n);
   }
+  if (alone) return rc;
   if (rc != RUCCL_OK) return rc;
   ruccl_args_t b = phase_args(a, a->dst, a->dst, a->count, LEADER, h->local_arity);
   return h->local->broadcast(h->local_team, &b);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -172,6 +173,27 @@ static ruccl_result_t admit(ruccl_orchestrator_t *o, conn_t *c, char *why, size_
   return RUCCL_OK;
 }
 
+/* A JOIN for a group whose session still runs may have overtaken that session's
+   LEAVEs (one thread per connection): give its nodes a moment to finish leaving
+   before admit() calls the name taken.  Called with o->mu held. */
+#define LEAVE_GRACE_NS 2000000000LL
+static void wait_out_running_session(ruccl_orchestrator_t *o, const char *group) {
+  int64_t until = ruccl_now_ns() + LEAVE_GRACE_NS;
+  for (;;) {
+    session_t *s = find_session(o, group);
+    if (o->stopping || !s || !s->started) return;
+    int64_t now = ruccl_now_ns();
+    if (now >= until) return;
+    /* o->idle is broadcast whenever a connection ends; the cond uses the realtime
+       clock, so wait in short slices measured on the monotonic one. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&o->idle, &o->mu, &ts);
+  }
+}
+
 /* ---- connections ------------------------------------------------------------------ */
 
 static void *serve(void *arg) {
@@ -191,6 +213,7 @@ static void *serve(void *arg) {
   if (rc == RUCCL_OK) {
     char why[256];
     pthread_mutex_lock(&o->mu);
+    wait_out_running_session(o, c->join.group);
     rc = o->stopping ? RUCCL_ERR_IO : admit(o, c, why, sizeof why);
     pthread_mutex_unlock(&o->mu);
     if (rc != RUCCL_OK) send_error_frame(c->fd, rc, why);
