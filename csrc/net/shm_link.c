@@ -132,3 +132,18 @@ size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
   atomic_store_explicit(&r->tail, tail + len, memory_order_release);
   return len;
 }
+
+size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data) {
+  ruccl_shm_ring_t *r = l->rx;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  size_t avail = (size_t)(head - tail), at = (size_t)(tail % RING_BYTES);
+  *data = r->data + at;
+  return RING_BYTES - at < avail ? RING_BYTES - at : avail;
+}
+
+void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len) {
+  ruccl_shm_ring_t *r = l->rx;
+  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  atomic_store_explicit(&r->tail, tail + len, memory_order_release);
+}

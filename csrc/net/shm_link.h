@@ -29,6 +29,10 @@ void ruccl_shm_close(ruccl_shm_link_t *l);
 /* Non-blocking: the bytes moved (0 when the ring is full / empty). */
 size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len);
 size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len);
+/* Zero-copy reading: the readable bytes that lie contiguous in the ring (*data
+   points at them; 0 when the ring is empty), then hand back what was used. */
+size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data);
+void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len);
 
 /* Whether this host's processes may use shared memory (RUCCL_TRANSPORT=tcp says no). */
 int ruccl_shm_allowed(void);

@@ -339,6 +339,23 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
       p = (char *)&in->hdr + in->hdr_done;
       n = sizeof in->hdr - in->hdr_done;
     } else if (in->done < in->len) {
+      if (x->reduce_local && in->shm && in->pend == 0) {
+        /* Shared memory: reduce straight out of the ring, no bounce copy, while
+           whole, aligned elements lie contiguous there. */
+        const void *ring;
+        size_t m = ruccl_shm_peek(in->shm, &ring);
+        if (m > in->len - in->done) m = in->len - in->done;
+        size_t whole = m / elem * elem;
+        if (whole && (uintptr_t)ring % elem == 0) {
+          ruccl_reduce_kernel((char *)x->recv_buf + in->done, (const char *)x->reduce_local + in->done, ring,
+                              whole / elem, x->dtype, x->op, x->divisor);
+          ruccl_shm_consume(in->shm, whole);
+          in->done += whole;
+          continue;
+        }
+        if (!m) return RUCCL_OK; /* ring empty */
+        /* an element split by the ring's end, or unaligned: through the bounce */
+      }
       if (x->reduce_local) {
         p = (char *)net->bounce + in->pend;
         n = BOUNCE_BYTES - in->pend;
