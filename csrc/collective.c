@@ -357,7 +357,7 @@ static void *scratch_get(void *ctx, int slot, size_t bytes) { return ruccl_comm_
 
 /* Host memory of dtype cdt (t's own, or its compute dtype) holding t's elements
    (fill: copied in from t). */
-ruccl_result_t ruccl_stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
+static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
                                void **host) {
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
@@ -382,7 +382,7 @@ ruccl_result_t ruccl_stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dt
   return rc;
 }
 
-ruccl_result_t ruccl_stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
+static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
   if (host == t->data) return RUCCL_OK;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
@@ -462,11 +462,11 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   }
   void *src = NULL, *dst = NULL;
   ruccl_result_t rc = RUCCL_OK;
-  if (in) rc = ruccl_stage_in(c, in, a->dtype, 1, 1, &src);
+  if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
   int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
   if (rc == RUCCL_OK && p->writes_out) {
     if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
-    else rc = ruccl_stage_in(c, out, a->dtype, 2, 0, &dst);
+    else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
   }
   /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
   static char empty[16];
@@ -502,7 +502,7 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
               ruccl_coll_kind_name(r->kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
     rc = ruccl_hier_run(&h, r->kind, a);
   }
-  if (rc == RUCCL_OK && p->writes_out) rc = ruccl_stage_out(r->out, a->dtype, p->dst);
+  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, a->dtype, p->dst);
   return rc;
 }
 

@@ -36,11 +36,5 @@ const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind);
 ruccl_result_t ruccl_check_tensor(const ruccl_tensor_t *t, const char *what, char *detail);
 /* The global index of a peer id, or -1 when it is no participant. */
 int ruccl_peer_index(const ruccl_comm_t *c, uint32_t id);
-/* Host memory of dtype cdt holding t's elements: t's own when the host can reach it
-   and the dtype is t's, else scratch slot `slot` (fill: copied in from t). */
-ruccl_result_t ruccl_stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, int slot, int fill,
-                              void **host);
-/* Writes host (dtype cdt) back into t unless host is t's own memory. */
-ruccl_result_t ruccl_stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host);
 
 #endif

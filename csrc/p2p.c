@@ -77,29 +77,22 @@ static void unstage(p2p_item_t *it, size_t n) {
 }
 
 /* Sends to oneself and receives from oneself pair up in order, as with any peer:
-   checked before anything moves. */
+   the k-th send with the k-th receive.  Checked before anything moves. */
 static ruccl_result_t check_self(const ruccl_comm_t *c, const p2p_item_t *items, size_t n) {
-  size_t sends = 0, recvs = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (items[i].peer != (int)c->global_index) continue;
-    size_t *mine = items[i].op->kind == RUCCL_P2P_SEND ? &sends : &recvs, *other = mine == &sends ? &recvs : &sends;
-    size_t k = (*mine)++;
-    if (k < *other) { /* its partner came earlier in the list */
-      size_t seen = 0;
-      for (size_t j = 0; j < i; j++)
-        if (items[j].peer == items[i].peer && items[j].op->kind != items[i].op->kind && seen++ == k) {
-          if (items[j].bytes != items[i].bytes)
-            return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "peer %u: a send of %zu bytes to itself meets a recv of %zu",
-                              c->peer_id, items[j].op->kind == RUCCL_P2P_SEND ? items[j].bytes : items[i].bytes,
-                              items[j].op->kind == RUCCL_P2P_SEND ? items[i].bytes : items[j].bytes);
-          break;
-        }
-    }
+  int me = (int)c->global_index;
+  size_t s = 0, r = 0;
+  for (;;) {
+    while (s < n && (items[s].peer != me || items[s].op->kind != RUCCL_P2P_SEND)) s++;
+    while (r < n && (items[r].peer != me || items[r].op->kind != RUCCL_P2P_RECV)) r++;
+    if (s == n && r == n) return RUCCL_OK;
+    if (s == n || r == n)
+      return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "peer %u: a %s to itself has no matching %s in its group",
+                        c->peer_id, s < n ? "send" : "recv", s < n ? "recv" : "send");
+    if (items[s].bytes != items[r].bytes)
+      return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "peer %u: a send of %zu bytes to itself meets a recv of %zu",
+                        c->peer_id, items[s].bytes, items[r].bytes);
+    s++, r++;
   }
-  if (sends != recvs)
-    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "peer %u: %zu sends to itself but %zu receives from itself",
-                      c->peer_id, sends, recvs);
-  return RUCCL_OK;
 }
 
 /* Every operation with one peer, its i-th send and i-th receive in one step. */

@@ -1,6 +1,7 @@
 /* session.c — turns a node's completed local rendezvous into a multi-node session:
-   open the data service, join through the orchestrator (or the caller's store), connect to every other node,
-   and number every peer of the session in ascending-id order. */
+   open the data service, join through the orchestrator (or the caller's store),
+   connect to every other node, and number every peer of the session in ascending-id
+   order. */
 #include "session.h"
 
 #include <openssl/evp.h>

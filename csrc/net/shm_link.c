@@ -119,20 +119,6 @@ size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
   return len;
 }
 
-size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
-  ruccl_shm_ring_t *r = l->rx;
-  uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  size_t avail = (size_t)(head - tail);
-  if (len > avail) len = avail;
-  if (!len) return 0;
-  size_t at = (size_t)(tail % RING_BYTES), first = RING_BYTES - at < len ? RING_BYTES - at : len;
-  memcpy(buf, r->data + at, first);
-  memcpy((char *)buf + first, r->data, len - first);
-  atomic_store_explicit(&r->tail, tail + len, memory_order_release);
-  return len;
-}
-
 size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data) {
   ruccl_shm_ring_t *r = l->rx;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
@@ -146,4 +132,18 @@ void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len) {
   ruccl_shm_ring_t *r = l->rx;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
   atomic_store_explicit(&r->tail, tail + len, memory_order_release);
+}
+
+size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
+  size_t got = 0;
+  while (got < len) { /* at most twice: up to the ring's end, then from its start */
+    const void *data;
+    size_t n = ruccl_shm_peek(l, &data);
+    if (!n) break;
+    if (n > len - got) n = len - got;
+    memcpy((char *)buf + got, data, n);
+    ruccl_shm_consume(l, n);
+    got += n;
+  }
+  return got;
 }

@@ -263,7 +263,8 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
   ruccl_config_t cfg = ruccl_config_default();
   check(ruccl_config_set_num_devices(&cfg, 1));
   check(ruccl_config_set_timeout_ms(&cfg, std::max<int64_t>(o.timeout.count(), 1)));
-  check(ruccl_config_set_group_name(&cfg, group_name_for(o.group_id).c_str()));
+  const std::string group = group_name_for(o.group_id);
+  check(ruccl_config_set_group_name(&cfg, group.c_str()));
   if (o.size > 1) {
     if (!o.store) fail(RUCCL_ERR_INVALID_CONFIG, "the backend needs torch's store to rendezvous");
     // The session secret (no stranger joins the data connections): RUCCL_SECRET, else
@@ -273,7 +274,7 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
       secret = env;
     } else {
       try {
-        secret = shared_secret(*o.store, "ruccl/" + group_name_for(o.group_id), o.rank, o.size, o.timeout);
+        secret = shared_secret(*o.store, "ruccl/" + group, o.rank, o.size, o.timeout);
       } catch (const std::exception &e) {
         fail(RUCCL_ERR_TIMEOUT, std::string("the session secret did not come through the store: ") + e.what());
       }
@@ -374,15 +375,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
     q_->busy = true;
   }
   std::exception_ptr error = run_job(job);
-  release();
+  release_queue(*q_);
   finish_job(job, error);
   return work;
 }
 
 // Wakes the workers only when one has something to do (waking idle threads on every
 // inline call costs more than the call on a small machine).
-void ProcessGroupRuccl::release() { release_queue(*q_); }
-
 void ProcessGroupRuccl::release_queue(Queue &q) {
   bool wake;
   {

@@ -160,8 +160,7 @@ class ProcessGroupRuccl : public c10d::Backend {
   std::exception_ptr run_job(Job &job);
   static void complete(Job &job, std::exception_ptr error);   // the work and its future; never throws
   static void finish_job(Job &job, std::exception_ptr error); // after, then complete
-  void release();
-  static void release_queue(Queue &q);
+  static void release_queue(Queue &q); // busy = false; wakes the workers if one has work
   void run_p2p(std::vector<P2pOp> &ops);
 
   ruccl_comm_t *comm_ = nullptr;
