@@ -65,6 +65,29 @@ static ruccl_tensor_t vec(float *data, size_t n) {
 
 static float val(uint32_t id, size_t i) { return (float)(id + 1) + (float)(i % 13); }
 
+/* A large MEAN all-reduce: several ring slices and a ragged last one. */
+static void large_all_reduce(peer_t *p, ruccl_comm_t *comm, int inplace) {
+  const size_t count = 700001;
+  float *in = malloc(count * sizeof(float)), *out = inplace ? in : malloc(count * sizeof(float));
+  ruccl_result_t rc = RUCCL_ERR_NO_MEMORY;
+  size_t wrong = count;
+  float got = 0, want = 0;
+  if (in && out) {
+    for (size_t i = 0; i < count; i++) in[i] = val(p->id, i), out[i] = inplace ? in[i] : -1.0f;
+    ruccl_tensor_t tin = vec(in, count), tout = vec(out, count);
+    rc = ruccl_all_reduce(comm, &tin, &tout, RUCCL_MEAN);
+    for (size_t i = 0; rc == RUCCL_OK && i < count && wrong == count; i++) {
+      float sum = 0;
+      for (uint32_t k = 0; k < p->total; k++) sum += val(k, i);
+      if (out[i] != sum / (float)p->total) wrong = i, got = out[i], want = sum / (float)p->total;
+    }
+  }
+  free(in);
+  if (!inplace) free(out);
+  CHECK(p, rc == RUCCL_OK, "large all_reduce (in place: %d)", inplace);
+  CHECK(p, wrong == count, "large all_reduce (in place: %d) [%zu] = %g, want %g", inplace, wrong, got, want);
+}
+
 static void scenario_all(peer_t *p, ruccl_comm_t *comm) {
   unsigned n = p->total;
   enum { COUNT = 1000 };
@@ -93,6 +116,10 @@ static void scenario_all(peer_t *p, ruccl_comm_t *comm) {
         for (uint32_t k = 0; k < n; k++) sum += val(k, i);
         CHECK(p, out[i] == sum, "reduce root %u [%zu] = %g, want %g", root, i, out[i], sum);
       }
+  }
+  for (int inplace = 0; inplace < 2; inplace++) {
+    large_all_reduce(p, comm, inplace);
+    if (p->status) return;
   }
   ruccl_tensor_t tall = vec(out, (size_t)COUNT * n);
   CHECK(p, ruccl_all_gather(comm, &tin, &tall) == RUCCL_OK, "all_gather");

@@ -141,24 +141,27 @@ INSTANTIATE_TEST_SUITE_P(Strategies, AllReduceShapes, ::testing::ValuesIn(AllStr
 
 class AllReduceLarge : public ::testing::TestWithParam<StratPeers> {};
 
-TEST_P(AllReduceLarge, HundredThousandElements) {
+/* 100 000 elements, and 700 001 (several ring slices and a ragged last one). */
+TEST_P(AllReduceLarge, ManyElements) {
   const Strat strat = std::get<0>(GetParam());
   const size_t n = static_cast<size_t>(std::get<1>(GetParam()));
   const std::vector<uint32_t> ids = ScatteredIds(n);
-  const size_t count = 100000;
   struct Big {
     ruccl_dtype_t dt;
     ruccl_reduce_op_t op;
     bool inplace;
+    size_t count;
   };
-  const std::vector<Big> cases = {
-      {RUCCL_FLOAT32, RUCCL_SUM, false}, {RUCCL_BFLOAT16, RUCCL_MEAN, true}, {RUCCL_INT32, RUCCL_MAX, false}};
+  const std::vector<Big> cases = {{RUCCL_FLOAT32, RUCCL_SUM, false, 100000}, {RUCCL_BFLOAT16, RUCCL_MEAN, true, 100000},
+                                  {RUCCL_INT32, RUCCL_MAX, false, 100000},   {RUCCL_FLOAT32, RUCCL_MEAN, false, 700001},
+                                  {RUCCL_FLOAT64, RUCCL_SUM, true, 700001}};
   std::vector<std::vector<Outcome>> res(n, std::vector<Outcome>(cases.size()));
   std::vector<std::vector<Bytes>> outs(n, std::vector<Bytes>(cases.size()));
   ruccl_config_t cfg = MakeConfig(static_cast<unsigned>(n), strat);
   RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
     for (size_t c = 0; c < cases.size(); c++) {
       const Big &k = cases[c];
+      const size_t count = k.count;
       Bytes in = FillInput(k.dt, k.op, ids[i], count, c);
       ruccl_tensor_t tin = Vec(in, k.dt, count);
       if (k.inplace) {
@@ -181,7 +184,7 @@ TEST_P(AllReduceLarge, HundredThousandElements) {
   ASSERT_TRUE(AllOk(r));
   for (size_t c = 0; c < cases.size(); c++) {
     SCOPED_TRACE(std::string(DtypeName(cases[c].dt)) + " " + OpName(cases[c].op));
-    const Bytes want = ExpectedReduce(cases[c].dt, cases[c].op, ids, count, c);
+    const Bytes want = ExpectedReduce(cases[c].dt, cases[c].op, ids, cases[c].count, c);
     for (size_t i = 0; i < n; i++) {
       ASSERT_EQ(RUCCL_OK, res[i][c].rc) << res[i][c].last_error;
       EXPECT_EQ("", res[i][c].problem);
