@@ -356,11 +356,13 @@ int main(int argc, char **argv) {
   if (argc > 6 && !strcmp(argv[6], "ring")) s.kind = RUCCL_STRATEGY_RING;
   ruccl_config_t cfg = ruccl_config_default();
   const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : "";
+  /* the address this node's data port listens on (another network namespace's) */
+  const char *node_address = getenv("RUCCL_TEST_NODE_ADDRESS") ? getenv("RUCCL_TEST_NODE_ADDRESS") : "127.0.0.1";
   if (ruccl_config_set_num_devices(&cfg, n) || ruccl_config_set_num_nodes(&cfg, num_nodes) ||
       (strncmp(argv[1], "dir:", 4) == 0
            ? ruccl_config_set_store(&cfg, &(ruccl_store_t){dir_set, dir_get, dir_add, argv[1] + 4})
            : ruccl_config_set_global_address(&cfg, argv[1])) ||
-      ruccl_config_set_node_address(&cfg, "127.0.0.1") ||
+      ruccl_config_set_node_address(&cfg, node_address) ||
       ruccl_config_set_data_service_port(&cfg, argc > 7 ? (unsigned)atoi(argv[7]) : 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
       ruccl_config_set_secret(&cfg, secret, strlen(secret)) || ruccl_config_set_local_strategy(&cfg, s) ||
       ruccl_config_set_global_strategy(&cfg, s) || ruccl_config_set_timeout_ms(&cfg, 20000)) {

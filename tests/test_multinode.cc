@@ -28,27 +28,35 @@ const char kSecret[] = "multinode-secret";
 
 struct Orchestrator {
   ruccl_orchestrator_t *o = nullptr;
-  Orchestrator() {
-    EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_start("127.0.0.1:0", kSecret, strlen(kSecret), &o)) << ruccl_last_error();
+  std::string host;
+  explicit Orchestrator(std::string listen_host = "127.0.0.1") : host(std::move(listen_host)) {
+    EXPECT_EQ(RUCCL_OK, ruccl_orchestrator_start((host + ":0").c_str(), kSecret, strlen(kSecret), &o))
+        << ruccl_last_error();
   }
   ~Orchestrator() { ruccl_orchestrator_stop(o); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(ruccl_orchestrator_port(o)); }
+  std::string address() const { return host + ":" + std::to_string(ruccl_orchestrator_port(o)); }
 };
 
 // transport: "" (default: shared memory between processes of this host) or "tcp"
-// (RUCCL_TRANSPORT=tcp); log: a file for the node's stderr, with RUCCL_DEBUG=INFO.
+// (RUCCL_TRANSPORT=tcp); log: a file for the node's stderr, with RUCCL_DEBUG=INFO;
+// netns: run the node in that network namespace, its data port on node_address.
 pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSecret,
-                 const std::string &transport = "", const std::string &log = "") {
+                 const std::string &transport = "", const std::string &log = "", const std::string &netns = "",
+                 const std::string &node_address = "") {
   std::vector<char *> argv;
   std::string bin = RUCCL_TEST_NODE_BIN;
+  std::vector<std::string> prefix;
+  if (!netns.empty()) prefix = {"ip", "netns", "exec", netns};
+  for (auto &w : prefix) argv.push_back(const_cast<char *>(w.c_str()));
   argv.push_back(const_cast<char *>(bin.c_str()));
   for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<std::string> env_store;
   for (char **e = environ; *e; e++)
     if (strncmp(*e, "RUCCL_SECRET=", 13) != 0 && strncmp(*e, "RUCCL_TRANSPORT=", 16) != 0 &&
-        strncmp(*e, "RUCCL_DEBUG=", 12) != 0)
+        strncmp(*e, "RUCCL_DEBUG=", 12) != 0 && strncmp(*e, "RUCCL_TEST_NODE_ADDRESS=", 24) != 0)
       env_store.push_back(*e);
+  if (!node_address.empty()) env_store.push_back("RUCCL_TEST_NODE_ADDRESS=" + node_address);
   env_store.push_back(std::string("RUCCL_SECRET=") + secret);
   if (!transport.empty()) env_store.push_back("RUCCL_TRANSPORT=" + transport);
   if (!log.empty()) env_store.push_back("RUCCL_DEBUG=INFO");
@@ -59,7 +67,7 @@ pid_t spawn_node(const std::vector<std::string> &args, const char *secret = kSec
   posix_spawn_file_actions_init(&actions);
   if (!log.empty()) posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = -1;
-  EXPECT_EQ(0, posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), envp.data()));
+  EXPECT_EQ(0, posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data()));
   posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
@@ -298,6 +306,69 @@ TEST(MultiNode, WrongSecretNodeCannotJoin) {
   pid_t bad = spawn_node({orch.address(), "2", "secret", "0", "all"}, "wrong");
   auto codes = wait_all({bad}, 60);
   EXPECT_EQ(std::vector<int>({1}), codes);
+}
+
+// Hosts with their own addresses: one network namespace per node, joined by a veth
+// pair to a bridge in this namespace, which carries the orchestrator's address.
+class NetnsHosts {
+ public:
+  explicit NetnsHosts(int hosts) {
+    tag_ = std::to_string(getpid() % 100000);
+    subnet_ = "10.213." + std::to_string(getpid() % 250) + ".";
+    std::string cmd = "set -e; ip link add rb" + tag_ + " type bridge; ip addr add " + host_address() +
+                      "/24 dev rb" + tag_ + "; ip link set rb" + tag_ + " up";
+    for (int k = 0; k < hosts; k++) {
+      std::string ns = name(k), veth = "rv" + tag_ + "x" + std::to_string(k), inner = "rp" + tag_ + "x" + std::to_string(k);
+      names_.push_back(ns);
+      cmd += "; ip netns add " + ns + "; ip link add " + veth + " type veth peer name " + inner + "; ip link set " +
+             inner + " netns " + ns + "; ip link set " + veth + " master rb" + tag_ + " up; ip -n " + ns +
+             " addr add " + address(k) + "/24 dev " + inner + "; ip -n " + ns + " link set " + inner +
+             " up; ip -n " + ns + " link set lo up";
+    }
+    ok_ = system((cmd + " 2>/dev/null").c_str()) == 0;
+  }
+  ~NetnsHosts() {
+    std::string cmd;
+    for (const auto &ns : names_) cmd += "ip netns del " + ns + " 2>/dev/null; ";
+    cmd += "ip link del rb" + tag_ + " 2>/dev/null";
+    if (system(cmd.c_str()) != 0) { /* nothing left to remove */ }
+  }
+  bool ok() const { return ok_; }
+  std::string name(int k) const { return "ruccl-" + tag_ + "-" + std::to_string(k); }
+  std::string address(int k) const { return subnet_ + std::to_string(k + 2); }
+  std::string host_address() const { return subnet_ + "1"; }
+
+ private:
+  std::string tag_, subnet_;
+  std::vector<std::string> names_;
+  bool ok_ = false;
+};
+
+// Two nodes x two devices, each node in its own network namespace with its own
+// address; over TCP the data crosses the veth links, by default the processes
+// (still one host) find each other and use shared memory.
+TEST(MultiNode, NodesInSeparateNetworkNamespaces) {
+  if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << "this machine cannot create network namespaces and veth links (ip netns add)";
+  for (std::string transport : {"tcp", ""}) {
+    Orchestrator orch(hosts.host_address());
+    std::vector<std::string> logs;
+    std::vector<pid_t> pids;
+    const char *ids[] = {"0,3", "1,2"};
+    for (int k = 0; k < 2; k++) {
+      logs.push_back("/tmp/ruccl-test-netns-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+      pids.push_back(spawn_node({orch.address(), "2", "netns", ids[k], "all"}, kSecret, transport, logs[k],
+                                hosts.name(k), hosts.address(k)));
+    }
+    EXPECT_EQ(std::vector<int>({0, 0}), wait_all(pids)) << "transport '" << transport << "'";
+    std::string text = read_file(logs[0]) + read_file(logs[1]);
+    EXPECT_EQ(transport.empty(), text.find("shared memory with node") != std::string::npos)
+        << "transport '" << transport << "': " << text.substr(0, 2000);
+    EXPECT_NE(std::string::npos, text.find("node 1: connected to node 0 at " + hosts.address(0) + ":"))
+        << "node 1 must reach node 0 at its own namespace's address: " << text.substr(0, 2000);
+    for (const auto &l : logs) unlink(l.c_str());
+  }
 }
 
 }  // namespace

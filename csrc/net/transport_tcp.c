@@ -177,6 +177,7 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
       rc = ruccl_frame_send(fd, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns);
     }
     if (rc == RUCCL_OK) {
+      ruccl_log(2, "node %u: connected to node %u at %s:%u", me, j, n->address, n->data_port);
       net->fds[j] = fd;
       rc = accept_shm(net, j, deadline_ns);
     }
