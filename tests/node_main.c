@@ -64,6 +64,12 @@ static ruccl_tensor_t vec(float *data, size_t n) {
   } while (0)
 
 static float val(uint32_t id, size_t i) { return (float)(id + 1) + (float)(i % 13); }
+/* element i summed over the peers 0 .. n-1 */
+static float val_sum(unsigned n, size_t i) {
+  float sum = 0;
+  for (uint32_t k = 0; k < n; k++) sum += val(k, i);
+  return sum;
+}
 
 /* A large MEAN all-reduce: several ring slices and a ragged last one. */
 static void large_all_reduce(peer_t *p, ruccl_comm_t *comm, int inplace) {
@@ -73,13 +79,14 @@ static void large_all_reduce(peer_t *p, ruccl_comm_t *comm, int inplace) {
   size_t wrong = count;
   float got = 0, want = 0;
   if (in && out) {
-    for (size_t i = 0; i < count; i++) in[i] = val(p->id, i), out[i] = inplace ? in[i] : -1.0f;
+    for (size_t i = 0; i < count; i++) in[i] = val(p->id, i);
+    if (!inplace)
+      for (size_t i = 0; i < count; i++) out[i] = -1.0f;
     ruccl_tensor_t tin = vec(in, count), tout = vec(out, count);
     rc = ruccl_all_reduce(comm, &tin, &tout, RUCCL_MEAN);
     for (size_t i = 0; rc == RUCCL_OK && i < count && wrong == count; i++) {
-      float sum = 0;
-      for (uint32_t k = 0; k < p->total; k++) sum += val(k, i);
-      if (out[i] != sum / (float)p->total) wrong = i, got = out[i], want = sum / (float)p->total;
+      float mean = val_sum(p->total, i) / (float)p->total;
+      if (out[i] != mean) wrong = i, got = out[i], want = mean;
     }
   }
   free(in);
@@ -98,8 +105,7 @@ static void scenario_all(peer_t *p, ruccl_comm_t *comm) {
   for (int o = 0; o < 4; o++) {
     CHECK(p, ruccl_all_reduce(comm, &tin, &tout, ops[o]) == RUCCL_OK, "all_reduce op %d", o);
     for (size_t i = 0; i < COUNT; i++) {
-      float sum = 0, mx = val(n - 1, i), mn = val(0, i);
-      for (uint32_t k = 0; k < n; k++) sum += val(k, i);
+      float sum = val_sum(n, i), mx = val(n - 1, i), mn = val(0, i);
       float want = ops[o] == RUCCL_SUM ? sum : ops[o] == RUCCL_MEAN ? sum / (float)n : ops[o] == RUCCL_MAX ? mx : mn;
       CHECK(p, out[i] == want, "all_reduce op %d [%zu] = %g, want %g", o, i, out[i], want);
     }
@@ -112,8 +118,7 @@ static void scenario_all(peer_t *p, ruccl_comm_t *comm) {
     CHECK(p, ruccl_reduce(comm, &tin, p->id == root ? &tout : NULL, RUCCL_SUM, root) == RUCCL_OK, "reduce %u", root);
     if (p->id == root)
       for (size_t i = 0; i < COUNT; i++) {
-        float sum = 0;
-        for (uint32_t k = 0; k < n; k++) sum += val(k, i);
+        float sum = val_sum(n, i);
         CHECK(p, out[i] == sum, "reduce root %u [%zu] = %g, want %g", root, i, out[i], sum);
       }
   }
