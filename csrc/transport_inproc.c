@@ -21,6 +21,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "rank.h"
+#include "testing.h"
 
 enum { INPROC_EMPTY, INPROC_POSTED, INPROC_READING, INPROC_DONE };
 
@@ -120,6 +121,7 @@ static void retract(ruccl_inproc_t *t, ruccl_inproc_channel_t *ch) {
 static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsigned from, int64_t deadline_ns) {
   ruccl_inproc_t *t = &c->group->inproc;
   ruccl_inproc_channel_t *ch = &t->channels[(size_t)from * t->n + c->index];
+  ruccl_testing_pause();
   for (;;) {
     ruccl_result_t rc = wait_state(c, ch, INPROC_POSTED, from, deadline_ns);
     if (rc != RUCCL_OK) return rc;

@@ -203,7 +203,12 @@ ruccl_result_t ruccl_recv(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t src_p
    whatever the sizes. */
 ruccl_result_t ruccl_p2p_group(ruccl_comm_t *, const ruccl_p2p_op_t *ops, size_t n);
 
-ruccl_result_t ruccl_finish(ruccl_comm_t *); /* ends this peer's session, frees the handle */
+/* Ends this peer's session and frees the handle.  Whatever this peer sent still
+   reaches peers that lag behind: when the node's last peer finishes, the node keeps
+   its links until every other node has taken what it sent (or closed, or the
+   timeout passed), and the others see PEER_FINISHED only in a collective this peer
+   never joined. */
+ruccl_result_t ruccl_finish(ruccl_comm_t *);
 void ruccl_reset(void);                      /* resets the local collective service */
 const char *ruccl_error_string(ruccl_result_t);
 const char *ruccl_last_error(void); /* thread-local detail of the last failure */

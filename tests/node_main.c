@@ -14,6 +14,14 @@
  *             PEER_LOST (a killed node), else 1
  *   finish    peer 0 finishes at once; everyone else's next all-reduce must fail
  *             with PEER_FINISHED
+ *   lagfinish[-big]  the finish race: the first peer of the last node (the
+ *             laggard) sleeps LAG_MS in the last receiving step of the second of two
+ *             all-reduces (1000 floats, or 4M with -big), then in its receive of a
+ *             point-to-point message from peer 0; every other peer finishes as soon
+ *             as its part is done.  Every result must be right, and the laggard's
+ *             node's next all-reduce must fail with PEER_FINISHED.  Prints
+ *             "finish-enter ID NS" and "laggard-woke NS NS" (CLOCK_MONOTONIC) to
+ *             stderr, so that the test can check that the race really happened
  *   p2p       one ruccl_p2p_group: every peer exchanges uneven-sized messages with
  *             every peer of its node and, if it is its node's first peer, with the
  *             other nodes' first peers (IDS must be consecutive blocks, as the tests
@@ -33,6 +41,7 @@
 #include <unistd.h>
 
 #include "ruccl.h"
+#include "testing.h"
 
 #define MAX_LOCAL 16
 
@@ -267,6 +276,59 @@ static void scenario_p2p(peer_t *p, ruccl_comm_t *comm) {
   CHECK(p, b[7] == (float)p->total, "all_reduce after p2p: %g", b[7]);
 }
 
+enum { LAG_MS = 1000 };
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void scenario_lagfinish(peer_t *p, ruccl_comm_t *comm, size_t count) {
+  uint32_t laggard = p->total - p->local; /* nodes hold consecutive blocks of ids */
+  int lags = p->id == laggard;
+  float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+  CHECK(p, in && out, "no memory");
+  for (size_t i = 0; i < count; i++) in[i] = val(p->id, i);
+  ruccl_tensor_t tin = vec(in, count), tout = vec(out, count);
+  uint64_t before = ruccl_testing_recv_steps();
+  CHECK(p, ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM) == RUCCL_OK, "first all_reduce");
+  uint64_t steps = ruccl_testing_recv_steps() - before; /* the same algorithm runs again */
+  if (lags) ruccl_testing_delay_recv_step(ruccl_testing_recv_steps() + steps - 1, LAG_MS);
+  memset(out, 0, count * sizeof(float));
+  ruccl_result_t rc = ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM);
+  int64_t woke_all_reduce = ruccl_testing_delay_woke_ns();
+  CHECK(p, rc == RUCCL_OK, "last all_reduce, the laggard's last step delayed: %s", ruccl_error_string(rc));
+  for (size_t i = 0; i < count; i++)
+    CHECK(p, out[i] == val_sum(p->total, i), "last all_reduce [%zu] = %g, want %g", i, out[i], val_sum(p->total, i));
+  if (laggard != 0 && (p->id == 0 || lags)) {
+    int32_t *msg = (int32_t *)out;
+    ruccl_tensor_t t = {.data = msg, .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)count}};
+    if (lags) {
+      memset(msg, 0, count * sizeof(int32_t));
+      ruccl_testing_delay_recv_step(ruccl_testing_recv_steps(), LAG_MS);
+      rc = ruccl_recv(comm, &t, 0);
+      CHECK(p, rc == RUCCL_OK, "recv from peer 0, delayed: %s", ruccl_error_string(rc));
+      for (size_t i = 0; i < count; i++) CHECK(p, msg[i] == p2p_val(0, laggard, i), "recv [%zu] = %d", i, msg[i]);
+    } else {
+      for (size_t i = 0; i < count; i++) msg[i] = p2p_val(0, laggard, i);
+      CHECK(p, ruccl_send(comm, &t, laggard) == RUCCL_OK, "send to the laggard");
+    }
+  }
+  if (p->first_local == laggard && laggard != 0) {
+    /* a collective the other nodes never joined: they said they finished, and that
+       notice came whole after all they had sent */
+    rc = ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM);
+    CHECK(p, rc == RUCCL_ERR_PEER_FINISHED, "all_reduce after the others finished: %s", ruccl_error_string(rc));
+  }
+  free(in);
+  free(out);
+  if (lags)
+    fprintf(stderr, "laggard-woke %lld %lld\n", (long long)woke_all_reduce, (long long)ruccl_testing_delay_woke_ns());
+  else
+    fprintf(stderr, "finish-enter %u %lld\n", p->id, (long long)mono_ns());
+}
+
 static void *peer_main(void *arg) {
   peer_t *p = arg;
   ruccl_comm_t *comm = NULL;
@@ -288,6 +350,8 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
+  else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
+  else if (!strcmp(p->scenario, "lagfinish-big")) scenario_lagfinish(p, comm, 4u << 20);
   else p->status = 2;
   ruccl_finish(comm);
   return NULL;

@@ -4,6 +4,10 @@
    the collective timeout. */
 #include "test_util.h"
 
+extern "C" {
+#include "testing.h"
+}
+
 namespace {
 
 using namespace rt;
@@ -81,6 +85,55 @@ TEST_P(Finish, BlockedPeerLearnsOfTheFinish) {
   EXPECT_EQ(RUCCL_ERR_PEER_FINISHED, blocked_rc);
   EXPECT_LT(blocked_ms, kPromptMs);
   EXPECT_TRUE(intact) << "output written by a collective that failed";
+}
+
+/* The finish race, in one process: the last peer sleeps in the last receiving step
+   of the last all-reduce (a test hook, testing.h), and again in a point-to-point
+   receive, while every other peer finishes as soon as ruccl_finish lets it.  The
+   in-process transport hands a buffer over only when its reader has taken it, so
+   nothing may be lost and no call may fail. */
+TEST_P(Finish, LaggingPeerGetsEverythingBeforeTheOthersFinish) {
+  const std::vector<uint32_t> ids = {3, 5, 9, 12};
+  const size_t last = ids.size() - 1;
+  const size_t count = 70001; /* more than one ring slice */
+  ruccl_config_t cfg = MakeConfig(ids.size(), GetParam(), kLongTimeoutMs);
+  Problems probs(ids.size());
+  std::vector<ruccl_result_t> fin(ids.size(), RUCCL_NUM_RESULTS);
+  int64_t woke = 0, p2p_woke = 0;
+  RunResult r = RunPeers(
+      ids, cfg,
+      [&](ruccl_comm_t *comm, size_t i) {
+        uint64_t before = ruccl_testing_recv_steps();
+        std::string p = CheckedAllReduce(comm, ids, ids[i], RUCCL_FLOAT32, RUCCL_SUM, count);
+        if (i == last) {
+          uint64_t steps = ruccl_testing_recv_steps() - before;
+          ruccl_testing_delay_recv_step(ruccl_testing_recv_steps() + steps - 1, 300);
+        }
+        if (p.empty()) p = CheckedAllReduce(comm, ids, ids[i], RUCCL_FLOAT32, RUCCL_SUM, count, 5);
+        if (i == last) woke = ruccl_testing_delay_woke_ns();
+        if (p.empty() && (i == 0 || i == last)) {
+          Bytes msg = i == 0 ? FillInput(RUCCL_INT32, RUCCL_SUM, 99, count) : Sentinel(RUCCL_INT32, count);
+          ruccl_tensor_t t = Vec(msg, RUCCL_INT32, count);
+          if (i == 0) {
+            ruccl_result_t rc = ruccl_send(comm, &t, ids[last]);
+            if (rc != RUCCL_OK) p = "send: " + RcStr(rc);
+          } else {
+            ruccl_testing_delay_recv_step(ruccl_testing_recv_steps(), 300);
+            ruccl_result_t rc = ruccl_recv(comm, &t, ids[0]);
+            p2p_woke = ruccl_testing_delay_woke_ns();
+            if (rc != RUCCL_OK) p = "recv: " + RcStr(rc) + " " + ruccl_last_error();
+            else if (msg != FillInput(RUCCL_INT32, RUCCL_SUM, 99, count)) p = "recv: wrong bytes";
+          }
+        }
+        if (!p.empty()) probs.Note(i, p);
+        fin[i] = ruccl_finish(comm);
+      },
+      /*finish=*/false);
+  ASSERT_TRUE(AllOk(r));
+  EXPECT_TRUE(probs.None());
+  EXPECT_GT(woke, 0) << "the delayed step never ran";
+  EXPECT_GT(p2p_woke, 0) << "the delayed receive never ran";
+  for (size_t i = 0; i < ids.size(); i++) EXPECT_EQ(RUCCL_OK, fin[i]) << "peer " << ids[i];
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Finish, ::testing::Values(Centralized(), Tree(2), Ring(), Auto()),

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -208,6 +209,63 @@ TEST_P(Transports, PointToPointAcrossNodes) {
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
                          [](const auto &info) { return info.param; });
+
+// The finish race: every peer finishes as soon as its part of the last collective
+// is done, while one peer (the first of the last node) sleeps in the last receiving
+// step of that collective, and again in a point-to-point receive from peer 0 (a test
+// hook, testing.h).  What the finished peers sent must still arrive, whole and
+// right, over shared memory and over TCP, with every strategy; the small case also
+// checks from the nodes' clocks that every other node had entered ruccl_finish
+// before the laggard woke, so the race did happen.
+class FinishRace : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(FinishRace, LaggingPeerGetsWhatAFinishedPeerSent) {
+  auto [strategy, transport, layout] = GetParam();
+  bool big = layout.find("big") != std::string::npos;
+  std::vector<std::string> nodes = layout.rfind("2x2", 0) == 0 ? std::vector<std::string>{"0,1", "2,3"}
+                                                               : std::vector<std::string>{"0", "1", "2"};
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (size_t k = 0; k < nodes.size(); k++) {
+    logs.push_back("/tmp/ruccl-test-lag-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "lag", nodes[k],
+                               big ? "lagfinish-big" : "lagfinish", strategy},
+                              kSecret, transport, logs[k]));
+  }
+  auto codes = wait_all(pids);
+  std::string all;
+  long long woke = 0, last_finish_elsewhere = 0;
+  for (size_t k = 0; k < nodes.size(); k++) {
+    std::string text = read_file(logs[k]);
+    all += text;
+    unlink(logs[k].c_str());
+    for (size_t at = 0; (at = text.find("finish-enter ", at)) != std::string::npos; at++) {
+      unsigned id;
+      long long ns;
+      if (k + 1 < nodes.size() && sscanf(text.c_str() + at, "finish-enter %u %lld", &id, &ns) == 2)
+        last_finish_elsewhere = std::max(last_finish_elsewhere, ns);
+    }
+    size_t at = text.find("laggard-woke ");
+    long long p2p_woke;
+    if (at != std::string::npos) sscanf(text.c_str() + at, "laggard-woke %lld %lld", &woke, &p2p_woke);
+  }
+  EXPECT_EQ(std::vector<int>(nodes.size(), 0), codes) << all.substr(0, 4000);
+  ASSERT_GT(woke, 0) << "the laggard's delayed step never ran: " << all.substr(0, 4000);
+  ASSERT_GT(last_finish_elsewhere, 0) << all.substr(0, 4000);
+  if (!big) {
+    EXPECT_LT(last_finish_elsewhere, woke) << "every other node must have entered ruccl_finish before the laggard "
+                                              "woke, or the race was not exercised";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, FinishRace,
+                         ::testing::Combine(::testing::Values("auto", "centralized", "tree", "ring"),
+                                            ::testing::Values("shm", "tcp"), ::testing::Values("3x1", "2x2", "3x1_big")),
+                         [](const auto &info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                                  std::get<2>(info.param);
+                         });
 
 int free_port() {
   int fd, port;

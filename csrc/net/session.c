@@ -82,6 +82,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
   memcpy(net->secret, cfg->secret, cfg->secret_len);
   net->secret_len = cfg->secret_len;
+  net->timeout_ms = cfg->timeout_ms;
   net->reset = &g->reset;
   net->bootstrap = bootstrap;
   net->broken = &g->broken;

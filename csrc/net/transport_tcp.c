@@ -9,6 +9,7 @@
 #include "transport_tcp.h"
 
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -17,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "../dtype.h"
 #include "../error.h"
+#include "../testing.h"
 #include "wire.h"
 
 #define BOUNCE_BYTES (256 * 1024)
@@ -216,8 +219,73 @@ void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
   }
 }
 
+/* Whether the other end has closed or reset the connection; what it sent is
+   dropped (this node has finished: nothing it could say still matters). */
+static int peer_closed(int fd) {
+  char sink[4096];
+  for (;;) {
+    ssize_t r = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (r > 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    return !(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  }
+}
+
+/* A clean end.  Every byte this node sent is still on its way to a peer that may
+   lag behind (the last step of the last collective, a point-to-point message), so
+   the links stay up until each peer has it:
+   - the PEER_FINISHED notice goes after the data, in order on the socket (written
+     whole, never cut short by a full buffer), then FIN;
+   - this node waits until the peer's kernel has acknowledged all of it (SIOCOUTQ
+     is 0), or the peer closed its end, or the session's timeout passes.  Closing
+     earlier could reset the connection (a close with unread bytes sends RST), and
+     a reset throws away whatever had not reached the peer yet.
+   Over shared memory the data is in the ring, which stays mapped on the peer's
+   side; the receiver takes what the ring holds before it believes the notice
+   (check_shm_sockets), so the same wait on the socket is all it takes. */
+static void finish_links(ruccl_net_t *net) {
+  if (!net->fds || atomic_exchange(&net->aborted, 1)) return;
+  int64_t deadline = ruccl_deadline_after_ms(net->timeout_ms);
+  unsigned n = net->num_nodes, waiting = 0;
+  int *fds = net->fds;
+  char *wait_for = calloc(n, 1);
+  for (unsigned i = 0; i < n; i++) {
+    if (fds[i] < 0) continue;
+    msg_header_t h = {htonl(MSG_ABORT), htonl(RUCCL_ERR_PEER_FINISHED), 0, 0};
+    const char *p = (const char *)&h;
+    size_t left = sizeof h;
+    while (left && ruccl_now_ns() < deadline) {
+      ssize_t w = send(fds[i], p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        p += w, left -= (size_t)w;
+      } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        struct pollfd pf = {.fd = fds[i], .events = POLLOUT};
+        poll(&pf, 1, 1);
+      } else {
+        break; /* the peer is gone */
+      }
+    }
+    shutdown(fds[i], SHUT_WR);
+    if (wait_for) wait_for[i] = 1, waiting++;
+  }
+  while (waiting && ruccl_now_ns() < deadline) {
+    for (unsigned i = 0; i < n; i++) {
+      if (!wait_for[i]) continue;
+      int queued = 0;
+      if (ioctl(fds[i], SIOCOUTQ, &queued) != 0 || queued == 0 || peer_closed(fds[i])) wait_for[i] = 0, waiting--;
+    }
+    if (waiting) {
+      struct timespec pause = {0, 200000};
+      nanosleep(&pause, NULL);
+    }
+  }
+  if (waiting) ruccl_log(1, "node %u: finished, but %u node(s) had not taken all it sent within the timeout", net->me,
+                         waiting);
+  free(wait_for);
+}
+
 void ruccl_net_close(ruccl_net_t *net, int finished) {
-  if (finished) ruccl_net_abort(net, RUCCL_ERR_PEER_FINISHED);
+  if (finished) finish_links(net);
   if (net->guard_running) {
     char b = 1;
     if (write(net->wake[1], &b, 1) != 1) {
@@ -402,19 +470,39 @@ static ruccl_result_t session_state(const ruccl_net_t *net) {
   return RUCCL_OK;
 }
 
+/* What a readable control socket says: 1 when it is a PEER_FINISHED notice (the
+   node ended its session cleanly), 0 for anything else (another ABORT, or a closed
+   connection: the node is gone). */
+static int says_finished(int fd) {
+  msg_header_t h;
+  return recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT &&
+         ntohl(h.code) == RUCCL_ERR_PEER_FINISHED;
+}
+
 /* A shared-memory link's socket carries no data: readable means an ABORT or a
-   closed connection, so the other node is gone. */
-static ruccl_result_t check_shm_sockets(ruccl_net_t *net, const out_state_t *o, const in_state_t *in) {
+   closed connection.  A node that finished wrote everything it will ever send into
+   the ring before it said so on the socket, so a receive from it first takes what
+   the ring holds and fails only if that is not enough; a send to it, or any other
+   news, fails now. */
+static ruccl_result_t check_shm_sockets(ruccl_net_t *net, out_state_t *o, int out_busy, in_state_t *in,
+                                        int in_busy) {
   struct pollfd p[2];
   int np = 0, nodes[2];
-  if (o->shm) nodes[np] = o->node, p[np++] = (struct pollfd){.fd = o->fd, .events = POLLIN};
-  if (in->shm && !(o->shm && o->fd == in->fd)) nodes[np] = in->node, p[np++] = (struct pollfd){.fd = in->fd, .events = POLLIN};
+  if (out_busy && o->shm) nodes[np] = o->node, p[np++] = (struct pollfd){.fd = o->fd, .events = POLLIN};
+  if (in_busy && in->shm && !(np && o->fd == in->fd))
+    nodes[np] = in->node, p[np++] = (struct pollfd){.fd = in->fd, .events = POLLIN};
   if (np == 0 || poll(p, (nfds_t)np, 0) <= 0) return RUCCL_OK;
-  for (int i = 0; i < np; i++)
-    if (p[i].revents) {
-      errno = 0;
-      return lost(net, p[i].fd, nodes[i], "waiting on shared memory");
+  for (int i = 0; i < np; i++) {
+    if (!p[i].revents) continue;
+    errno = 0;
+    int only_in = in_busy && in->shm && p[i].fd == in->fd && !(out_busy && o->shm && o->fd == p[i].fd);
+    if (only_in && says_finished(p[i].fd)) {
+      ruccl_result_t rc = pump_in(net, in); /* the ring holds all it will ever get */
+      if (rc != RUCCL_OK) return rc;
+      if (in->hdr_done == sizeof in->hdr && in->done == in->len) continue;
     }
+    return lost(net, p[i].fd, nodes[i], "waiting on shared memory");
+  }
   return RUCCL_OK;
 }
 
@@ -444,6 +532,11 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
     ruccl_result_t rc = RUCCL_OK;
     if (o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len)) rc = pump_out(net, &o);
+    if (spins == 0 && in.fd >= 0 && ruccl_testing_pause() && rc == RUCCL_OK) {
+      /* a test lags here, then looks at its peers before at what arrived */
+      rc = session_state(net);
+      if (rc == RUCCL_OK) rc = check_shm_sockets(net, &o, o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len), &in, 1);
+    }
     if (rc == RUCCL_OK && in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len)) rc = pump_in(net, &in);
     if (rc != RUCCL_OK) return rc;
     int out_busy = o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len);
@@ -457,7 +550,7 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
         return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d", net->me,
                           in_busy ? in.node : o.node);
       rc = session_state(net);
-      if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, &in);
+      if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
       if (rc != RUCCL_OK) return rc;
     }
     if (progress) {

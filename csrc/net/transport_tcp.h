@@ -27,6 +27,7 @@ typedef struct ruccl_net {
   char group[RUCCL_MAX_GROUP_NAME];
   unsigned char secret[RUCCL_MAX_SECRET];
   size_t secret_len;
+  int64_t timeout_ms; /* the session's: how long a finishing node waits for its peers to take what it sent */
   unsigned char *bounce; /* reduce-on-receive staging */
 } ruccl_net_t;
 
@@ -39,7 +40,8 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
 /* Tells every other node why this one stops (code), then shuts the sockets so that
    nobody waits on us. */
 void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code);
-/* A clean end: tells the others this node finished, closes everything. */
+/* A clean end: tells the others this node finished, waits until they have taken
+   everything it sent (bounded by the session's timeout), closes everything. */
 void ruccl_net_close(ruccl_net_t *net, int finished);
 
 extern const ruccl_transport_ops_t ruccl_tcp_ops; /* endpoint: ruccl_net_t */
