@@ -6,7 +6,7 @@
  * finish.  Every broken contract is returned as a ruccl_result_t on every
  * participant; nothing here prints or aborts on a caller's mistake.
  *
- * The contract (names and semantics) is SPEC.md §2–§3.
+ * The contract (names and semantics) is docs/reference.md §1–§3.
  */
 #ifndef RUCCL_H
 #define RUCCL_H

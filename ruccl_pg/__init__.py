@@ -7,6 +7,9 @@ Each process is one ruCCL node; the nodes rendezvous through the store torch han
 the backend (env://, tcp://, file://), so no extra server runs.  This node's data
 address is RUCCL_NODE_ADDRESS when set, else the local address that routes toward
 the rendezvous host (MASTER_ADDR, or the TCPStore's host), else 127.0.0.1.
+
+Collective training (ruccl_pg.training): all_reduce_gradients(model) between
+backward() and optimizer.step(), and TrainingRecord, a collective atomic checkpoint.
 """
 import os
 import socket
@@ -16,8 +19,10 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .training import TrainingRecord, all_reduce_gradients, parameter_fingerprint
 
-__all__ = ["ProcessGroupRuccl", "node_address", "version"]
+__all__ = ["ProcessGroupRuccl", "node_address", "version", "all_reduce_gradients", "parameter_fingerprint",
+           "TrainingRecord"]
 
 ProcessGroupRuccl = _C.ProcessGroupRuccl
 version = _C.version
