@@ -19,6 +19,7 @@
 #include "net/session.h"
 #include "net/transport_tcp.h"
 #include "tensor_device.h"
+#include "testing.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static ruccl_group_t *registry_head;
@@ -299,7 +300,9 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   struct timespec ts = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
   int timed_out = 0;
   while (!g->complete && !g->failed && !atomic_load(&g->reset) && !timed_out) {
+    ruccl_testing_blocking(1);
     int w = pthread_cond_timedwait(&g->registered, &registry_mu, &ts);
+    ruccl_testing_blocking(-1);
     timed_out = w != 0 && w != EINTR; /* ETIMEDOUT, or a deadline the clock cannot express */
   }
 

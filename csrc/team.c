@@ -24,39 +24,13 @@ static int global_index(const ruccl_team_t *team, int pos) {
   return (int)team->members[pos];
 }
 
-/* ---- test hook (testing.h) ---------------------------------------------------------- */
-
-static _Thread_local uint64_t recv_steps, delay_step;
-static _Thread_local unsigned delay_ms, pause_ms; /* armed; pending in the current step */
-static _Thread_local int64_t delay_woke_ns;
-
-uint64_t ruccl_testing_recv_steps(void) { return recv_steps; }
-
-void ruccl_testing_delay_recv_step(uint64_t step, unsigned ms) {
-  delay_step = step;
-  delay_ms = ms;
-  delay_woke_ns = 0;
-}
-
-int64_t ruccl_testing_delay_woke_ns(void) { return delay_woke_ns; }
-
-int ruccl_testing_pause(void) {
-  if (!pause_ms) return 0;
-  struct timespec ts = {.tv_sec = pause_ms / 1000, .tv_nsec = (long)(pause_ms % 1000) * 1000000};
-  pause_ms = 0;
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-  delay_woke_ns = ruccl_now_ns();
-  return 1;
-}
-
 ruccl_result_t ruccl_team_xfer(const ruccl_team_t *team, const ruccl_xfer_t *x) {
   ruccl_xfer_t g = *x;
   g.send_peer = global_index(team, x->send_peer);
   g.recv_peer = global_index(team, x->recv_peer);
-  if (g.recv_peer != RUCCL_NO_PEER && recv_steps++ == delay_step && delay_ms) pause_ms = delay_ms, delay_ms = 0;
+  if (g.recv_peer != RUCCL_NO_PEER) ruccl_testing_receiving_step();
   ruccl_result_t rc = team->ops->xfer(team->endpoint, &g, team->deadline_ns);
-  pause_ms = 0;
+  ruccl_testing_step_done();
   return rc;
 }
 

@@ -1,6 +1,7 @@
-/* testing.h — fault injection for the test suite; not part of the API (the tests
-   reach it through csrc/).  It makes one peer lag behind at a chosen step, so that a
-   race that needs an unlucky schedule happens on every run. */
+/* testing.h — hooks for the test suite; not part of the API (the tests reach it
+   through csrc/).  One makes a peer lag behind at a chosen step, so that a race that
+   needs an unlucky schedule happens on every run; one tells a test that a thread is
+   really blocked, so that it needs no sleep to be sure. */
 #ifndef RUCCL_TESTING_H
 #define RUCCL_TESTING_H
 
@@ -23,5 +24,16 @@ int ruccl_testing_pause(void);
 /* CLOCK_MONOTONIC (shared by every process of the host) when the calling thread's
    delayed step woke up; 0 before that. */
 int64_t ruccl_testing_delay_woke_ns(void);
+
+/* Threads of this process asleep in a ruCCL wait right now (a collective waiting for
+   a peer, a registration waiting for the others): what a test waits for instead of
+   sleeping "long enough" for a thread to block. */
+int ruccl_testing_blocked(void);
+
+/* For the core: a team step that receives begins / any step ends; a thread goes to
+   sleep in a wait (+1) or wakes (-1). */
+void ruccl_testing_receiving_step(void);
+void ruccl_testing_step_done(void);
+void ruccl_testing_blocking(int delta);
 
 #endif

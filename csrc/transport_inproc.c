@@ -99,8 +99,11 @@ static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add(&t->sleepers, 1);
     if (atomic_load(&ch->state) != want && !atomic_load(&g->reset) && !atomic_load(&g->broken) &&
-        !atomic_load(&g->finished[peer]))
+        !atomic_load(&g->finished[peer])) {
+      ruccl_testing_blocking(1);
       pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+      ruccl_testing_blocking(-1);
+    }
     atomic_fetch_sub(&t->sleepers, 1);
     pthread_mutex_unlock(&t->mu);
   }

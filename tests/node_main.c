@@ -22,6 +22,10 @@
  *             node's next all-reduce must fail with PEER_FINISHED.  Prints
  *             "finish-enter ID NS" and "laggard-woke NS NS" (CLOCK_MONOTONIC) to
  *             stderr, so that the test can check that the race really happened
+ *   bits      all-reduces (SUM, MEAN) of pseudo-random float32 and float64 of several
+ *             sizes: every peer prints "bits CASE HASH" (FNV-1a of its output's bytes)
+ *             to stderr, for the test to compare across peers and nodes; each result
+ *             is also checked against a float64 sum, within rounding
  *   p2p       one ruccl_p2p_group: every peer exchanges uneven-sized messages with
  *             every peer of its node and, if it is its node's first peer, with the
  *             other nodes' first peers (IDS must be consecutive blocks, as the tests
@@ -210,6 +214,7 @@ static void scenario_big(peer_t *p, ruccl_comm_t *comm) {
     if (it == 0 && rc == RUCCL_OK) {
       printf("peer %u: running\n", p->id);
       fflush(stdout);
+      fprintf(stderr, "peer %u: running\n", p->id);
     }
   }
   free(a);
@@ -274,6 +279,51 @@ static void scenario_p2p(peer_t *p, ruccl_comm_t *comm) {
   ruccl_tensor_t ta = vec(a, 8), tb = vec(b, 8);
   CHECK(p, ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM) == RUCCL_OK, "all_reduce after p2p");
   CHECK(p, b[7] == (float)p->total, "all_reduce after p2p: %g", b[7]);
+}
+
+/* A pseudo-random value in [-1, 1) with a full mantissa, from (peer, case, index). */
+static double rnd(uint32_t id, unsigned c, size_t i) {
+  uint64_t x = ((uint64_t)id + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)c + 1) * 0xC2B2AE3D27D4EB4Full ^
+               ((uint64_t)i + 1) * 0x165667B19E3779F9ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return (double)(x >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static void scenario_bits(peer_t *p, ruccl_comm_t *comm) {
+  static const size_t counts[] = {1, 1000, 70001, 262147};
+  unsigned c = 0;
+  for (int dt = 0; dt < 2; dt++)
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      for (int op = 0; op < 2; op++, c++) {
+        size_t n = counts[k], es = dt ? 8 : 4;
+        unsigned char *in = malloc(n * es), *out = malloc(n * es);
+        CHECK(p, in && out, "no memory");
+        for (size_t i = 0; i < n; i++) {
+          if (dt) ((double *)in)[i] = rnd(p->id, c, i);
+          else ((float *)in)[i] = (float)rnd(p->id, c, i);
+        }
+        ruccl_tensor_t tin = {.data = in, .dtype = dt ? RUCCL_FLOAT64 : RUCCL_FLOAT32, .ndim = 1,
+                              .shape = {(int64_t)n}, .device = {RUCCL_DEVICE_CPU, 0}};
+        ruccl_tensor_t tout = tin;
+        tout.data = out;
+        ruccl_result_t rc = ruccl_all_reduce(comm, &tin, &tout, op ? RUCCL_MEAN : RUCCL_SUM);
+        uint64_t h = 1469598103934665603ull;
+        size_t bad = n;
+        for (size_t i = 0; rc == RUCCL_OK && i < n; i++) {
+          double want = 0, got = dt ? ((double *)out)[i] : ((float *)out)[i];
+          for (uint32_t q = 0; q < p->total; q++) want += dt ? rnd(q, c, i) : (double)(float)rnd(q, c, i);
+          if (op) want /= p->total;
+          if (bad == n && !(got - want < 1e-5 * p->total && want - got < 1e-5 * p->total)) bad = i;
+        }
+        for (size_t b = 0; b < n * es; b++) h = (h ^ out[b]) * 1099511628211ull;
+        free(in);
+        free(out);
+        CHECK(p, rc == RUCCL_OK, "bits case %u: %s", c, ruccl_error_string(rc));
+        CHECK(p, bad == n, "bits case %u: element %zu is not the sum", c, bad);
+        fprintf(stderr, "bits %u %016llx\n", c, (unsigned long long)h);
+      }
 }
 
 enum { LAG_MS = 1000 };
@@ -351,6 +401,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
+  else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);
   else if (!strcmp(p->scenario, "lagfinish-big")) scenario_lagfinish(p, comm, 4u << 20);
   else p->status = 2;
   ruccl_finish(comm);

@@ -10,6 +10,10 @@
 
 #include "test_util.h"
 
+extern "C" {
+#include "testing.h"
+}
+
 namespace {
 using namespace rt;
 
@@ -65,7 +69,7 @@ TEST(Rendezvous, PeersArrivingAfterAConfigMismatchFailAtOnce) {
     ruccl_comm_t *c = nullptr;
     first = ruccl_register(1, Cpu(), &good, &c);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(WaitFor([] { return ruccl_testing_blocked() >= 1; })) << "the first registration never blocked";
   ruccl_comm_t *c = nullptr;
   second = ruccl_register(2, Cpu(), &other, &c);
   a.join();

@@ -63,11 +63,12 @@ TEST_P(Finish, BlockedPeerLearnsOfTheFinish) {
   ruccl_result_t blocked_rc = RUCCL_NUM_RESULTS, fin_rc = RUCCL_NUM_RESULTS;
   int64_t blocked_ms = 0;
   bool intact = false;
+  std::atomic<bool> saw_blocked{false};
   RunResult r = RunPeers(
       ids, cfg,
       [&](ruccl_comm_t *comm, size_t i) {
-        if (i == 0) { /* finishes instead of joining the all-reduce */
-          SleepMs(200);
+        if (i == 0) { /* finishes instead of joining the all-reduce, once the other is asleep in it */
+          saw_blocked = WaitFor([] { return ruccl_testing_blocked() >= 1; });
           fin_rc = ruccl_finish(comm);
           return;
         }
@@ -81,6 +82,7 @@ TEST_P(Finish, BlockedPeerLearnsOfTheFinish) {
       },
       /*finish=*/false);
   ASSERT_TRUE(AllOk(r));
+  EXPECT_TRUE(saw_blocked.load()) << "peer 2 never blocked in its all-reduce";
   EXPECT_EQ(RUCCL_OK, fin_rc);
   EXPECT_EQ(RUCCL_ERR_PEER_FINISHED, blocked_rc);
   EXPECT_LT(blocked_ms, kPromptMs);
@@ -213,12 +215,13 @@ TEST(Reset, UnblocksCollectivesAndStalesHandles) {
       if (r.reg[i] != RUCCL_OK) stale[i] = "register returned " + RcStr(r.reg[i]);
   });
   bool ready = WaitFor([&] { return registered.load() == 3 && calling.load() == 2; });
-  SleepMs(150); /* let the two enter the all-reduce and block */
+  bool blocked = WaitFor([] { return ruccl_testing_blocked() >= 2; }); /* both asleep in the all-reduce */
   int64_t t_reset = NowMs();
   ruccl_reset();
   reset_done = true;
   runner.join();
   ASSERT_TRUE(ready) << "the peers never registered";
+  ASSERT_TRUE(blocked) << "the two peers never blocked in their all-reduce";
   for (size_t i = 0; i < 2; i++) {
     EXPECT_EQ(RUCCL_ERR_RESET, blocked_rc[i]) << "peer " << ids[i];
     EXPECT_LT(blocked_ms[i], kPromptMs) << "peer " << ids[i];
@@ -247,11 +250,10 @@ TEST(Reset, UnblocksRegistration) {
       rc[i] = ruccl_register(static_cast<uint32_t>(i), Cpu(), &cfg, &comm[i]);
       ms[i] = NowMs() - t0;
     });
-  bool ready = WaitFor([&] { return started.load() == 2; });
-  SleepMs(150);
+  bool ready = WaitFor([&] { return started.load() == 2 && ruccl_testing_blocked() >= 2; });
   ruccl_reset();
   for (auto &t : ts) t.join();
-  ASSERT_TRUE(ready);
+  ASSERT_TRUE(ready) << "the two registrations never blocked";
   for (size_t i = 0; i < 2; i++) {
     EXPECT_EQ(RUCCL_ERR_RESET, rc[i]) << "thread " << i;
     EXPECT_LT(ms[i], kPromptMs);

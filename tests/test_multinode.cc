@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -179,20 +181,41 @@ TEST(MultiNode, FinishedPeerIsReportedOnOtherNodes) {
 
 class Transports : public ::testing::TestWithParam<std::string> {};
 
+// Every surviving peer (not only each survivor process) must end with PEER_LOST, and
+// the kill comes once every peer has completed a 32 MB all-reduce and is in the next.
 TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   Orchestrator orch;
   std::vector<pid_t> pids;
+  std::vector<std::string> logs;
   const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  for (const auto &i : ids)
-    pids.push_back(spawn_node({orch.address(), "3", "kill", i, "big", "ring"}, kSecret, GetParam()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // tens of MB are in flight by now
+  for (size_t k = 0; k < ids.size(); k++) {
+    logs.push_back("/tmp/ruccl-test-kill-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({orch.address(), "3", "kill", ids[k], "big", "ring"}, kSecret, GetParam(), logs[k]));
+  }
+  auto running = [&] {
+    std::string all;
+    for (const auto &l : logs) all += read_file(l);
+    for (int id = 0; id < 6; id++)
+      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
+    return true;
+  };
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  bool under_way = running();
   kill(pids[1], SIGKILL);
   auto start = std::chrono::steady_clock::now();
   auto codes = wait_all({pids[0], pids[2]}, 60);
   waitpid(pids[1], nullptr, 0);
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivors must end with RUCCL_ERR_PEER_LOST";
+  ASSERT_TRUE(under_way) << "the peers never reported their all-reduces under way";
+  EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivor nodes must end with RUCCL_ERR_PEER_LOST";
+  std::string text = read_file(logs[0]) + read_file(logs[2]);
+  for (int id : {0, 1, 4, 5})
+    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
+        << "peer " << id << ": " << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
   EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
+  for (const auto &l : logs) unlink(l.c_str());
 }
 
 TEST_P(Transports, PointToPointAcrossNodes) {
@@ -209,6 +232,55 @@ TEST_P(Transports, PointToPointAcrossNodes) {
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
                          [](const auto &info) { return info.param; });
+
+// "Every participant of an all-reduce gets bit-identical results, whatever the
+// strategy": pseudo-random floats (not small integers, whose sums are exact in any
+// order), several sizes (one ring slice and several, ragged ends), every strategy,
+// three nodes and two nodes of two interleaved peers, each peer's output hashed and
+// compared bit for bit with every other peer's.
+class BitIdentical : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(BitIdentical, EveryPeerOfEveryNodeGetsTheSameBits) {
+  auto [strategy, transport, layout] = GetParam();
+  std::vector<std::string> nodes = layout == "2x2" ? std::vector<std::string>{"0,3", "1,2"}
+                                                   : std::vector<std::string>{"2", "0", "1"};
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  for (size_t k = 0; k < nodes.size(); k++) {
+    logs.push_back("/tmp/ruccl-test-bits-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "bits", nodes[k], "bits", strategy},
+                              kSecret, transport, logs[k]));
+  }
+  auto codes = wait_all(pids);
+  std::map<unsigned, std::set<std::string>> hashes;
+  std::map<unsigned, int> lines;
+  std::string all;
+  for (const auto &l : logs) {
+    std::string text = "\n" + read_file(l);
+    all += text;
+    unlink(l.c_str());
+    for (size_t at = 0; (at = text.find("\nbits ", at)) != std::string::npos; at++) {
+      unsigned c;
+      char h[17] = {0};
+      if (sscanf(text.c_str() + at + 1, "bits %u %16s", &c, h) == 2) hashes[c].insert(h), lines[c]++;
+    }
+  }
+  EXPECT_EQ(std::vector<int>(nodes.size(), 0), codes) << all.substr(0, 3000);
+  ASSERT_EQ(16u, hashes.size()) << all.substr(0, 3000);
+  for (const auto &[c, set] : hashes) {
+    EXPECT_EQ(layout == "2x2" ? 4 : 3, lines[c]) << "case " << c << ": every peer reports";
+    EXPECT_EQ(1u, set.size()) << "case " << c << ": the peers' results differ in their bits";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, BitIdentical,
+                         ::testing::Combine(::testing::Values("auto", "centralized", "tree", "ring"),
+                                            ::testing::Values("shm", "tcp"), ::testing::Values("3x1", "2x2")),
+                         [](const auto &info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                                  std::get<2>(info.param);
+                         });
 
 // The finish race: every peer finishes as soon as its part of the last collective
 // is done, while one peer (the first of the last node) sleeps in the last receiving

@@ -164,14 +164,24 @@ void ExpectProtocolErrorThenBrokenSession(size_t failing, const std::function<ru
   std::vector<uint32_t> ids = {0, 1};
   ruccl_config_t cfg = MakeConfig(2, Auto(), 2000);
   std::vector<ruccl_result_t> rcs(2, RUCCL_NUM_RESULTS), next(2, RUCCL_NUM_RESULTS);
+  std::vector<ruccl_result_t> after(2, RUCCL_NUM_RESULTS);
+  std::vector<int64_t> next_ms(2, 0);
   RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
     rcs[i] = call(comm, i);
+    int64_t t0 = NowMs();
     next[i] = ruccl_barrier(comm);
+    Bytes b(4, 1), o(4, 0);
+    ruccl_tensor_t t = Vec(b, RUCCL_INT8, 4), out = Vec(o, RUCCL_INT8, 4);
+    after[i] = ruccl_all_reduce(comm, &t, &out, RUCCL_SUM);
+    next_ms[i] = NowMs() - t0;
   });
   EXPECT_TRUE(AllOk(r));
   EXPECT_EQ(RUCCL_ERR_PROTOCOL, rcs[failing]);
-  EXPECT_NE(RUCCL_OK, next[0]);
-  EXPECT_NE(RUCCL_OK, next[1]);
+  for (size_t i = 0; i < 2; i++) { /* the session is broken with that code, for both, at once */
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, next[i]) << "peer " << i << ", the next call";
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, after[i]) << "peer " << i << ", the call after";
+    EXPECT_LT(next_ms[i], 1000) << "peer " << i << " waited for its timeout";
+  }
 }
 
 TEST(P2p, SizeMismatchIsAProtocolErrorAndEndsTheSession) {
@@ -195,14 +205,24 @@ TEST(P2p, ReceiveWithNoSenderTimesOut) {
   std::vector<uint32_t> ids = {0, 1};
   ruccl_config_t cfg = MakeConfig(2, Auto(), 300);
   std::vector<ruccl_result_t> rcs(2, RUCCL_NUM_RESULTS);
+  std::atomic<bool> done{false};
+  int64_t took_ms = 0;
   RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
-    if (i == 1) return SleepMs(1500); /* present, but never sends */
+    if (i == 1) { /* present, but never sends, until the receive has given up */
+      WaitFor([&] { return done.load(); }, 10000);
+      return;
+    }
     Bytes b(8, 0);
     ruccl_tensor_t t = Vec(b, RUCCL_UINT8, 8);
+    int64_t t0 = NowMs();
     rcs[i] = ruccl_recv(comm, &t, 1);
+    took_ms = NowMs() - t0;
+    done = true;
   });
-  EXPECT_EQ(RUCCL_ERR_TIMEOUT, rcs[0]);
-  (void)r;
+  EXPECT_TRUE(AllOk(r));
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, rcs[0]) << ruccl_last_error();
+  EXPECT_GE(took_ms, 290) << "gave up before the 300 ms timeout";
+  EXPECT_LT(took_ms, 2000) << "the 300 ms timeout was not honoured";
 }
 
 // (Not point-to-point, but the root-naming broadcast the PyTorch backend uses.)

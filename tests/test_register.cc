@@ -3,6 +3,10 @@
    independent groups living side by side in one process. */
 #include "test_util.h"
 
+extern "C" {
+#include "testing.h"
+}
+
 namespace {
 
 using namespace rt;
@@ -119,8 +123,8 @@ TEST(Register, DuplicateIdWhileRegistrationPending) {
       ruccl_finish(c);
     }
   });
-  ASSERT_TRUE(WaitFor([&] { return first_started.load(); }));
-  SleepMs(100); /* let the first registration block */
+  ASSERT_TRUE(WaitFor([&] { return first_started.load() && ruccl_testing_blocked() >= 1; }))
+      << "the first registration never blocked";
   ruccl_comm_t *dup = nullptr;
   int64_t t0 = NowMs();
   ruccl_result_t rc_dup = ruccl_register(5, Cpu(), &cfg, &dup);
@@ -199,8 +203,8 @@ TEST_P(ConfigMismatch, BothPeersFail) {
     rc_first = ruccl_register(0, Cpu(), &first_cfg, &first_comm);
     first_ms = NowMs() - t0;
   });
-  ASSERT_TRUE(WaitFor([&] { return started.load(); }));
-  SleepMs(100);
+  ASSERT_TRUE(WaitFor([&] { return started.load() && ruccl_testing_blocked() >= 1; }))
+      << "the first registration never blocked";
   ruccl_comm_t *late_comm = nullptr;
   ruccl_result_t rc_late = ruccl_register(1, Cpu(), &late_cfg, &late_comm);
   std::string late_detail = ruccl_last_error();
@@ -232,7 +236,7 @@ TEST(Register, TreeArityMismatchBetweenTwoTrees) {
   ruccl_result_t rc_a = RUCCL_NUM_RESULTS;
   ruccl_comm_t *ca = nullptr;
   std::thread ta([&] { rc_a = ruccl_register(0, Cpu(), &a, &ca); });
-  SleepMs(100);
+  ASSERT_TRUE(WaitFor([] { return ruccl_testing_blocked() >= 1; })) << "the first registration never blocked";
   ruccl_comm_t *cb = nullptr;
   ruccl_result_t rc_b = ruccl_register(1, Cpu(), &b, &cb);
   ta.join();
