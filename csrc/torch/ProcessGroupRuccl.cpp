@@ -80,6 +80,21 @@ struct Host {
   }
 };
 
+const char *op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return nullptr;
+  }
+}
+
 // torch's reduce op as the core's, for this dtype (bool: or is max, and is min).
 ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
   dtype_of(t);
@@ -100,7 +115,9 @@ ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
       break;
     default: break;
   }
-  fail(RUCCL_ERR_UNSUPPORTED, "reduce op " + std::to_string(static_cast<int>(op.op_)) + " on " +
+  const char *name = op_name(op.op_);
+  fail(RUCCL_ERR_UNSUPPORTED, std::string("ReduceOp.") +
+                                  (name ? name : std::to_string(static_cast<int>(op.op_)).c_str()) + " on " +
                                   c10::toString(t) + " tensors (ruccl reduces with SUM, AVG, PRODUCT, MIN, MAX; "
                                   "BAND and BOR on bool)");
 }

@@ -67,9 +67,16 @@ class Pools:
         return self.get(world_size).run(fn, *args, **kwargs)
 
     def close(self):
-        for pool in self._pools.values():
-            pool.close()
+        """Closes every pool, then raises the first pool's shutdown failure, if any."""
+        failures = []
+        for ws, pool in sorted(self._pools.items()):
+            try:
+                pool.close()
+            except AssertionError as e:
+                failures.append(f"the {ws}-rank pool: {e}")
         self._pools.clear()
+        if failures:
+            raise AssertionError("\n".join(failures))
 
 
 @pytest.fixture(scope="session")

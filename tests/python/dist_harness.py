@@ -133,7 +133,11 @@ def _worker_main(rank, world_size, init_method, env, task_q, result_q):
         except BaseException:
             result_q.put((rank, seq, "error", traceback.format_exc()))
     if init_method is not None and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            dist.destroy_process_group()
+        except BaseException:
+            result_q.put((rank, -1, "error", "destroy_process_group failed:\n" + traceback.format_exc()))
+            return
     result_q.put((rank, -1, "ok", None))
 
 
@@ -242,14 +246,16 @@ class WorkerPool:
                 p.join(5)
 
     def close(self, timeout=30.0):
-        if not self.broken:
-            for q in self._task_qs:
-                q.put(None)
-            try:
-                self._collect(-1, timeout, what="shutdown")
-            except AssertionError:
-                pass
-        self.kill()
+        """Ends the workers.  A pool that is not broken first shuts down in order (each
+        worker destroys the group it initialised): a failure or a hang there is raised
+        (AssertionError naming the ranks), after the workers are killed."""
+        try:
+            if not self.broken:
+                for q in self._task_qs:
+                    q.put(None)
+                self._collect(-1, timeout, what="shutdown (destroy_process_group)")
+        finally:
+            self.kill()
 
 
 def run_workers(world_size, fn, *args, timeout=TASK_TIMEOUT, env=None):
