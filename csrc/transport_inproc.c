@@ -67,7 +67,7 @@ static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int6
     return ruccl_fail(RUCCL_ERR_PEER_FINISHED, "peer %u is waiting for peer %u, which has finished its session",
                       c->peer_id, c->group->peer_ids_store[peer]);
   if (ruccl_now_ns() >= deadline_ns)
-    return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u (timeout %lld ms)", c->peer_id,
+    return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u: no answer within the timeout of %lld ms", c->peer_id,
                       c->group->peer_ids_store[peer], (long long)c->group->config.timeout_ms);
   return RUCCL_OK;
 }

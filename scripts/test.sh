@@ -31,3 +31,6 @@ echo "=== PyTorch's distributed test suite, backend ruccl, 2 ranks ==="
 WORLD_SIZE=2 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider
 echo "=== PyTorch's distributed test suite, backend ruccl, 3 ranks (the tests that need more than 2) ==="
 WORLD_SIZE=3 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider
+echo "=== PyTorch's distributed test suite, backend ruccl, 4 ranks (only the tests that need exactly 4) ==="
+WORLD_SIZE=4 python3 -m pytest tests/torch_suite/run_distributed_test.py -q -rs -p no:cacheprovider \
+  -k "test_new_subgroups_with_group_param or test_gather_object"

@@ -547,8 +547,8 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     if ((spins & 255) == 0 || !progress) {
       now = ruccl_now_ns();
       if (now >= deadline_ns)
-        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d", net->me,
-                          in_busy ? in.node : o.node);
+        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d: no answer within the timeout of %lld ms",
+                          net->me, in_busy ? in.node : o.node, (long long)net->timeout_ms);
       rc = session_state(net);
       if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
       if (rc != RUCCL_OK) return rc;
