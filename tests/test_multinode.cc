@@ -153,6 +153,25 @@ std::string read_file(const std::string &path) {
   return text;
 }
 
+// One node process per entry of node_ids, each with its stderr (RUCCL_DEBUG=INFO and
+// the scenario's own lines) in a log file of its own, removed with the session.
+struct LoggedNodes {
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  LoggedNodes(const Orchestrator &orch, const std::string &group, const std::vector<std::string> &node_ids,
+              const std::string &scenario, const std::string &strategy, const std::string &transport) {
+    for (size_t k = 0; k < node_ids.size(); k++) {
+      logs.push_back("/tmp/ruccl-test-" + group + "-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+      pids.push_back(spawn_node({orch.address(), std::to_string(node_ids.size()), group, node_ids[k], scenario, strategy},
+                                kSecret, transport, logs[k]));
+    }
+  }
+  ~LoggedNodes() {
+    for (const auto &l : logs) unlink(l.c_str());
+  }
+  std::string log(size_t k) const { return read_file(logs[k]); }
+};
+
 TEST(MultiNode, ProcessesOfOneHostUseSharedMemoryUnlessTcpIsForced) {
   for (std::string transport : {"", "tcp"}) {
     Orchestrator orch;
@@ -185,16 +204,12 @@ class Transports : public ::testing::TestWithParam<std::string> {};
 // the kill comes once every peer has completed a 32 MB all-reduce and is in the next.
 TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   Orchestrator orch;
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
   const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  for (size_t k = 0; k < ids.size(); k++) {
-    logs.push_back("/tmp/ruccl-test-kill-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
-    pids.push_back(spawn_node({orch.address(), "3", "kill", ids[k], "big", "ring"}, kSecret, GetParam(), logs[k]));
-  }
+  LoggedNodes nodes(orch, "kill", ids, "big", "ring", GetParam());
+  const std::vector<pid_t> &pids = nodes.pids;
   auto running = [&] {
     std::string all;
-    for (const auto &l : logs) all += read_file(l);
+    for (size_t k = 0; k < ids.size(); k++) all += nodes.log(k);
     for (int id = 0; id < 6; id++)
       if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
     return true;
@@ -210,12 +225,11 @@ TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(under_way) << "the peers never reported their all-reduces under way";
   EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivor nodes must end with RUCCL_ERR_PEER_LOST";
-  std::string text = read_file(logs[0]) + read_file(logs[2]);
+  std::string text = nodes.log(0) + nodes.log(2);
   for (int id : {0, 1, 4, 5})
     EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
         << "peer " << id << ": " << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
   EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
-  for (const auto &l : logs) unlink(l.c_str());
 }
 
 TEST_P(Transports, PointToPointAcrossNodes) {
@@ -245,21 +259,14 @@ TEST_P(BitIdentical, EveryPeerOfEveryNodeGetsTheSameBits) {
   std::vector<std::string> nodes = layout == "2x2" ? std::vector<std::string>{"0,3", "1,2"}
                                                    : std::vector<std::string>{"2", "0", "1"};
   Orchestrator orch;
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  for (size_t k = 0; k < nodes.size(); k++) {
-    logs.push_back("/tmp/ruccl-test-bits-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
-    pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "bits", nodes[k], "bits", strategy},
-                              kSecret, transport, logs[k]));
-  }
-  auto codes = wait_all(pids);
+  LoggedNodes session(orch, "bits", nodes, "bits", strategy, transport);
+  auto codes = wait_all(session.pids);
   std::map<unsigned, std::set<std::string>> hashes;
   std::map<unsigned, int> lines;
   std::string all;
-  for (const auto &l : logs) {
-    std::string text = "\n" + read_file(l);
+  for (size_t k = 0; k < nodes.size(); k++) {
+    std::string text = "\n" + session.log(k);
     all += text;
-    unlink(l.c_str());
     for (size_t at = 0; (at = text.find("\nbits ", at)) != std::string::npos; at++) {
       unsigned c;
       char h[17] = {0};
@@ -297,21 +304,13 @@ TEST_P(FinishRace, LaggingPeerGetsWhatAFinishedPeerSent) {
   std::vector<std::string> nodes = layout.rfind("2x2", 0) == 0 ? std::vector<std::string>{"0,1", "2,3"}
                                                                : std::vector<std::string>{"0", "1", "2"};
   Orchestrator orch;
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  for (size_t k = 0; k < nodes.size(); k++) {
-    logs.push_back("/tmp/ruccl-test-lag-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
-    pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "lag", nodes[k],
-                               big ? "lagfinish-big" : "lagfinish", strategy},
-                              kSecret, transport, logs[k]));
-  }
-  auto codes = wait_all(pids);
+  LoggedNodes session(orch, "lag", nodes, big ? "lagfinish-big" : "lagfinish", strategy, transport);
+  auto codes = wait_all(session.pids);
   std::string all;
   long long woke = 0, last_finish_elsewhere = 0;
   for (size_t k = 0; k < nodes.size(); k++) {
-    std::string text = read_file(logs[k]);
+    std::string text = session.log(k);
     all += text;
-    unlink(logs[k].c_str());
     for (size_t at = 0; (at = text.find("finish-enter ", at)) != std::string::npos; at++) {
       unsigned id;
       long long ns;
