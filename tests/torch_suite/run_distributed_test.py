@@ -38,9 +38,12 @@ Needs ``pytest`` and ``expecttest`` (imported by torch.testing._internal.common_
 dependency of the torch wheel).  Each test spawns WORLD_SIZE interpreters that import torch and
 the suite (~4-5 s per test on 2 cores): the whole selection takes ~7 min at WORLD_SIZE=2.
 
-Every test method of ``_DistTestBase`` is in exactly one of ``INCLUDED`` and ``EXCLUDED``
-(name -> reason).  Excluded tests are reported as skipped with their reason (``-rs``); a test
-that a newer torch adds and that is in neither table is skipped as "not triaged".
+Every test method of ``_DistTestBase`` is in exactly one of ``INCLUDED``, ``GPU_ONLY`` and
+``EXCLUDED`` (name -> reason).  Excluded tests are reported as skipped with their reason
+(``-rs``); a test that a newer torch adds and that is in none of them is skipped as "not
+triaged".  ``GPU_ONLY`` tests run, under their upstream markers, wherever torch sees a CUDA
+device; without one they are skipped here, in the parent, with their reason (saving the
+~4 s of spawned processes each would take only to skip itself).
 
 Why this module does its set-up at import time: each spawned child re-imports this module to
 find the test class, so the backend registration (``import ruccl_pg``) and the tweaks of
@@ -70,6 +73,7 @@ WORLD_SIZE = int(os.environ["WORLD_SIZE"])
 if WORLD_SIZE < 2:
     raise RuntimeError("WORLD_SIZE must be >= 2 for torch's distributed suite")
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 _BUILTIN_BACKENDS = {"gloo", "nccl", "mpi", "ucc", "xccl"}
@@ -650,10 +654,21 @@ if _BACKEND == "gloo" or _STANDIN:
 _HIDE_EXCLUDED = os.environ.get("RUCCL_SUITE_HIDE_EXCLUDED", "") == "1"
 
 
+# The GPU tests are not excluded: they need CUDA devices, which is a fact of the machine, not
+# a limit of ruccl.
+_GPU_REASONS = (_GPU_PER_RANK, _GPU_2, _GPU_4, _GPU_WS)
+GPU_ONLY: dict[str, str] = {n: r for n, r in EXCLUDED.items() if r in _GPU_REASONS}
+for _n in GPU_ONLY:
+    del EXCLUDED[_n]
+_HAS_CUDA = torch.cuda.is_available() and torch.cuda.device_count() > 0
+
+
 def _check_tables() -> list[str]:
     all_tests = sorted(n for n in dir(_Base) if n.startswith("test_"))
-    included, excluded = set(INCLUDED), set(EXCLUDED)
-    if len(included) != len(INCLUDED):
+    included, excluded = set(INCLUDED) | set(GPU_ONLY), set(EXCLUDED)
+    if set(INCLUDED) & set(GPU_ONLY):
+        raise RuntimeError(f"both included and GPU-only: {sorted(set(INCLUDED) & set(GPU_ONLY))}")
+    if len(set(INCLUDED)) != len(INCLUDED):
         raise RuntimeError("INCLUDED lists a test twice")
     if included & excluded:
         raise RuntimeError(f"both included and excluded: {sorted(included & excluded)}")
@@ -728,7 +743,10 @@ class TestDistBackendWithSpawn(_dt.TestDistBackend, _Base):
 def _populate(cls) -> None:
     included = set(INCLUDED)
     for name in _check_tables():
-        if name in included:
+        if name in GPU_ONLY:
+            gpu_reason = None if _HAS_CUDA else f"no CUDA device here: {GPU_ONLY[name]}"
+            setattr(cls, name, _skipped(name, gpu_reason) if gpu_reason else getattr(_Base, name))
+        elif name in included:
             reason = _world_size_reason(name)
             op = NEEDS_BACKEND_OP.get(name)
             if reason is None and op in _UNSUPPORTED_OPS:
