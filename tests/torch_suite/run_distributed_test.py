@@ -283,6 +283,7 @@ INCLUDED: tuple[str, ...] = (
     "test_accumulate_gradients_no_sync_allreduce_with_then_hook",
     "test_grads_same_across_ranks_with_no_sync",  # find_unused_parameters + no_sync
     "test_barrier_timeout_full_group",
+    "test_barrier_timeout_group",
     "test_batch_isend_irecv_op_list_err",
 )
 
@@ -328,6 +329,10 @@ FORCED: dict[str, str] = {
     "test_all_gather_object_subgroup": _GPU_FEATURE_BY_NAME,
     "test_gather_object": _GPU_FEATURE_BY_NAME,
     "test_gather_object_subgroup": _GPU_FEATURE_BY_NAME,
+    "test_barrier_timeout_group": (
+        "gated on BACKEND == 'gloo' upstream (and peeled of skip_if_small_worldsize like the other "
+        "_group tests): the lone barrier of the subgroup [1, 2] times out after its 5 s"
+    ),
     "test_barrier_timeout_full_group": (
         "gated on BACKEND == 'gloo' upstream ('Only gloo backend supports timeouts'); ruccl honours "
         "the group's timeout and says ' timeout ' in its error, as the test's regex wants"
@@ -375,6 +380,7 @@ SMALL_WORLDSIZE_RELAXED: tuple[str, ...] = (
     "test_all_to_all_single_unequal_split_group",
     "test_all_to_all_group",
     "test_barrier_group",
+    "test_barrier_timeout_group",  # also gated on BACKEND == 'gloo' upstream: see FORCED
 )
 
 # World sizes: (minimum, exact or None).
@@ -427,11 +433,7 @@ EXCLUDED: dict[str, str] = {
     "test_barrier_timeout_global": (
         "re-initialises the default group through INIT_METHOD, which torch's suite reads from the "
         "environment (env:// here; upstream itself allows only file://, the others being racy on "
-        "re-init): the same lone-barrier timeout runs in test_barrier_timeout_full_group"
-    ),
-    "test_barrier_timeout_group": (
-        "needs WORLD_SIZE >= 8 (skip_if_small_worldsize upstream); the same lone-barrier timeout "
-        "runs in test_barrier_timeout_full_group"
+        "re-init): the same lone-barrier timeout runs in test_barrier_timeout_full_group and _group"
     ),
     "test_ddp_logging_data_cpu": (
         "asserts DDP logging 'backend_name' == dist.get_backend(); for a Backend.register_backend() plugin ProcessGroup::getBackendName() is 'custom', so it fails for every third-party backend (torch limitation, not ruccl)"
