@@ -66,6 +66,10 @@ from datetime import timedelta
 _BACKEND = os.environ.get("RUCCL_SUITE_BACKEND", "ruccl").strip().lower()
 os.environ["BACKEND"] = _BACKEND
 os.environ.setdefault("WORLD_SIZE", "2")
+# test_barrier_timeout_global re-initialises the default group through INIT_METHOD, which
+# torch's suite reads at import (env:// by default) and which upstream wants file:// for
+# that test: one file per run, chosen here in the parent, inherited by every child.
+os.environ.setdefault("INIT_METHOD", f"file:///tmp/ruccl-suite-init-{os.getpid()}")
 # Read by common_distributed at import: how long the parent waits for the children of one
 # test (torch's default is 300 s; a hang should fail sooner).
 os.environ.setdefault("DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "120")
@@ -284,6 +288,7 @@ INCLUDED: tuple[str, ...] = (
     "test_grads_same_across_ranks_with_no_sync",  # find_unused_parameters + no_sync
     "test_barrier_timeout_full_group",
     "test_barrier_timeout_group",
+    "test_barrier_timeout_global",
     "test_batch_isend_irecv_op_list_err",
 )
 
@@ -332,6 +337,10 @@ FORCED: dict[str, str] = {
     "test_barrier_timeout_group": (
         "gated on BACKEND == 'gloo' upstream (and peeled of skip_if_small_worldsize like the other "
         "_group tests): the lone barrier of the subgroup [1, 2] times out after its 5 s"
+    ),
+    "test_barrier_timeout_global": (
+        "gated on BACKEND == 'gloo' upstream; destroys and re-creates the default group through "
+        "INIT_METHOD (a file:// set for the run above), then times out a lone barrier"
     ),
     "test_barrier_timeout_full_group": (
         "gated on BACKEND == 'gloo' upstream ('Only gloo backend supports timeouts'); ruccl honours "
@@ -430,11 +439,6 @@ _MONITORED = "dist.monitored_barrier() raises ValueError for any backend but glo
 
 EXCLUDED: dict[str, str] = {
     # --- backend-specific semantics a third-party CPU backend cannot meet, or torch APIs restricted to gloo ---
-    "test_barrier_timeout_global": (
-        "re-initialises the default group through INIT_METHOD, which torch's suite reads from the "
-        "environment (env:// here; upstream itself allows only file://, the others being racy on "
-        "re-init): the same lone-barrier timeout runs in test_barrier_timeout_full_group and _group"
-    ),
     "test_ddp_logging_data_cpu": (
         "asserts DDP logging 'backend_name' == dist.get_backend(); for a Backend.register_backend() plugin ProcessGroup::getBackendName() is 'custom', so it fails for every third-party backend (torch limitation, not ruccl)"
     ),
