@@ -365,3 +365,19 @@ def assert_equal(actual, expected, what):
 
 def reduce_op(name):
     return getattr(dist.ReduceOp, name)
+
+
+def send_recv_every_pair(rank, ws, shape, dtype, what):
+    """Every ordered pair (s, d) exchanges payload(s, d), one pair at a time in the same
+    order on every rank; each receiver checks the source it is told and the bytes."""
+    for s in range(ws):
+        for d in range(ws):
+            if s == d:
+                continue
+            if rank == s:
+                dist.send(payload(s, d, shape, dtype), dst=d)
+            elif rank == d:
+                t = sentinel(shape, dtype)
+                src = dist.recv(t, src=s)
+                assert src == s, (src, s)
+                assert_equal(t, payload(s, d, shape, dtype), f"{what} {tuple(shape)} {s}->{d}")

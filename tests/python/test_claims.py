@@ -393,16 +393,7 @@ def _tcp_subset(rank, ws):
                                        "SUM", ws)
             assert_equal(out, expected, f"tcp reduce_scatter {dtype_name} {shape}")
         for shape in [(5, 3), ((1 << 18) + 7,)]:
-            for s in range(ws):
-                for d in range(ws):
-                    if s == d:
-                        continue
-                    if rank == s:
-                        dist.send(payload(s, d, shape, dtype), dst=d)
-                    elif rank == d:
-                        t = sentinel(shape, dtype)
-                        assert dist.recv(t, src=s) == s
-                        assert_equal(t, payload(s, d, shape, dtype), f"tcp send/recv {dtype_name} {shape} {s}->{d}")
+            dist_harness.send_recv_every_pair(rank, ws, shape, dtype, f"tcp send/recv {dtype_name}")
 
 
 def w_tcp(rank, ws, port_tcp, port_shm, directory):

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from dist_harness import (
+    send_recv_every_pair,
     DTYPE_OPS,
     DTYPES,
     assert_equal,
@@ -276,19 +277,7 @@ def test_all_to_all_single(pools, ws, dtype):
 
 
 def w_send_recv(rank, ws, dtype_name):
-    dtype = DTYPES[dtype_name]
-    shape = (5, 3)
-    for s in range(ws):  # every ordered pair, one at a time, the same order on every rank
-        for d in range(ws):
-            if s == d:
-                continue
-            if rank == s:
-                dist.send(payload(s, d, shape, dtype), dst=d)
-            elif rank == d:
-                t = sentinel(shape, dtype)
-                src = dist.recv(t, src=s)
-                assert src == s, (src, s)
-                assert_equal(t, payload(s, d, shape, dtype), f"send/recv {dtype_name} {s}->{d}")
+    send_recv_every_pair(rank, ws, (5, 3), DTYPES[dtype_name], f"send/recv {dtype_name}")
 
 
 @ws_param
