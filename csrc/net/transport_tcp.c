@@ -251,6 +251,8 @@ static void finish_links(ruccl_net_t *net) {
   char *wait_for = calloc(n, 1);
   for (unsigned i = 0; i < n; i++) {
     if (fds[i] < 0) continue;
+    /* Written whole, by hand rather than with ruccl_write_all: a peer that finished
+       first has closed its end, which is no failure to record or log. */
     msg_header_t h = {htonl(MSG_ABORT), htonl(RUCCL_ERR_PEER_FINISHED), 0, 0};
     const char *p = (const char *)&h;
     size_t left = sizeof h;
@@ -329,6 +331,12 @@ typedef struct {
   size_t pend;      /* bounce bytes not yet reduced */
   const ruccl_xfer_t *x;
 } in_state_t;
+
+/* Whether a step still has bytes to move (header or payload) in that direction. */
+static int out_pending(const out_state_t *o) { return o->fd >= 0 && (o->hdr_done < sizeof o->hdr || o->done < o->len); }
+static int in_pending(const in_state_t *in) {
+  return in->fd >= 0 && (in->hdr_done < sizeof in->hdr || in->done < in->len);
+}
 
 /* A connection broke: if the other node said why (an ABORT waiting to be read),
    that is the answer; else it is lost. */
@@ -499,7 +507,7 @@ static ruccl_result_t check_shm_sockets(ruccl_net_t *net, out_state_t *o, int ou
     if (only_in && says_finished(p[i].fd)) {
       ruccl_result_t rc = pump_in(net, in); /* the ring holds all it will ever get */
       if (rc != RUCCL_OK) return rc;
-      if (in->hdr_done == sizeof in->hdr && in->done == in->len) continue;
+      if (!in_pending(in)) continue;
     }
     return lost(net, p[i].fd, nodes[i], "waiting on shared memory");
   }
@@ -531,16 +539,16 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
   for (unsigned spins = 0;; spins++) {
     size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
     ruccl_result_t rc = RUCCL_OK;
-    if (o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len)) rc = pump_out(net, &o);
+    if (out_pending(&o)) rc = pump_out(net, &o);
     if (spins == 0 && in.fd >= 0 && ruccl_testing_pause() && rc == RUCCL_OK) {
       /* a test lags here, then looks at its peers before at what arrived */
       rc = session_state(net);
-      if (rc == RUCCL_OK) rc = check_shm_sockets(net, &o, o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len), &in, 1);
+      if (rc == RUCCL_OK) rc = check_shm_sockets(net, &o, out_pending(&o), &in, 1);
     }
-    if (rc == RUCCL_OK && in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len)) rc = pump_in(net, &in);
+    if (rc == RUCCL_OK && in_pending(&in)) rc = pump_in(net, &in);
     if (rc != RUCCL_OK) return rc;
-    int out_busy = o.fd >= 0 && (o.hdr_done < sizeof o.hdr || o.done < o.len);
-    int in_busy = in.fd >= 0 && (in.hdr_done < sizeof in.hdr || in.done < in.len);
+    int out_busy = out_pending(&o);
+    int in_busy = in_pending(&in);
     if (!out_busy && !in_busy) return RUCCL_OK;
     int progress = o.hdr_done + o.done + in.hdr_done + in.done != before;
     int64_t now = 0;
