@@ -46,6 +46,7 @@
 
 #include "ruccl.h"
 #include "testing.h"
+#include "transport.h" /* ruccl_now_ns: the clock the hook stamps with */
 
 #define MAX_LOCAL 16
 
@@ -328,12 +329,6 @@ static void scenario_bits(peer_t *p, ruccl_comm_t *comm) {
 
 enum { LAG_MS = 1000 };
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void scenario_lagfinish(peer_t *p, ruccl_comm_t *comm, size_t count) {
   uint32_t laggard = p->total - p->local; /* nodes hold consecutive blocks of ids */
   int lags = p->id == laggard;
@@ -376,7 +371,7 @@ static void scenario_lagfinish(peer_t *p, ruccl_comm_t *comm, size_t count) {
   if (lags)
     fprintf(stderr, "laggard-woke %lld %lld\n", (long long)woke_all_reduce, (long long)ruccl_testing_delay_woke_ns());
   else
-    fprintf(stderr, "finish-enter %u %lld\n", p->id, (long long)mono_ns());
+    fprintf(stderr, "finish-enter %u %lld\n", p->id, (long long)ruccl_now_ns());
 }
 
 static void *peer_main(void *arg) {
