@@ -111,14 +111,14 @@ def parameter_fingerprint(model_or_named_params):
     return _digest([_entry(n, p, False) for n, p in _named_params(model_or_named_params)]).hex()
 
 
-def _agree(entries, group, what):
+def _agree(entries, digest, group, what):
     """Every rank of the group checks that all hold the same entries: one all-gather of
-    a 32-byte digest, and only on a disagreement an exchange of the lists themselves so
-    that every rank raises the same RuntimeError naming the first difference."""
+    their 32-byte digest, and only on a disagreement an exchange of the lists themselves
+    so that every rank raises the same RuntimeError naming the first difference."""
     world = dist.get_world_size(group)
     if world == 1:
         return
-    mine = torch.frombuffer(bytearray(_digest(entries)), dtype=torch.uint8)
+    mine = torch.frombuffer(bytearray(digest), dtype=torch.uint8)
     gathered = [torch.empty(32, dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(gathered, mine, group=group)
     if all(torch.equal(g, gathered[0]) for g in gathered):
@@ -178,10 +178,11 @@ def all_reduce_gradients(model_or_named_params, op="mean", group=None, bucket_by
     pg = group if group is not None else dist.group.WORLD
     world = dist.get_world_size(group)
     entries = [_entry(n, p, True) for n, p in named]
-    if validate == "always" or _validated.get(id(pg), (None, None)) != (pg, _digest(entries)):
-        _agree(entries, group, "all_reduce_gradients")
+    digest = _digest(entries)
+    if validate == "always" or _validated.get(id(pg), (None, None)) != (pg, digest):
+        _agree(entries, digest, group, "all_reduce_gradients")
         if validate == "first":
-            _validated[id(pg)] = (pg, _digest(entries))  # the group itself: its id is not reused meanwhile
+            _validated[id(pg)] = (pg, digest)  # the group itself: its id is not reused meanwhile
             while len(_validated) > 16:
                 del _validated[next(iter(_validated))]
     grads = [p.grad for _, p in named if p.grad is not None]
@@ -284,6 +285,16 @@ class _HashingWriter:
         self.f.flush()
 
 
+def _committed(root):
+    """The names of save_rotating's committed checkpoints in root (those with their
+    manifest), oldest first."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.startswith("step-") and os.path.isfile(os.path.join(root, n, MANIFEST)))
+
+
 def _fsync_dir(path):
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -383,16 +394,20 @@ class TrainingRecord:
     def _world(self):
         return dist.get_world_size(self.group), dist.get_rank(self.group)
 
-    def _all_ok(self, error, what):
-        """Gathers every rank's error (None when fine); raises the first on every rank."""
+    def _gather(self, value, error, what, failed=None):
+        """Every rank's value, once no rank has an error (None when fine); else every rank
+        runs ``failed`` (if any) and raises the first error."""
         world, _ = self._world()
-        errors = [None] * world
-        dist.all_gather_object(errors, error, group=self.group)
-        bad = [(r, e) for r, e in enumerate(errors) if e is not None]
+        both = [None] * world
+        dist.all_gather_object(both, (value, error), group=self.group)
+        bad = [(r, e) for r, (_, e) in enumerate(both) if e is not None]
         if bad:
+            if failed is not None:
+                failed()
             r, e = bad[0]
             more = f" (and {len(bad) - 1} other rank(s))" if len(bad) > 1 else ""
             raise RuntimeError(f"{what}: rank {r}: {e}{more}")
+        return [v for v, _ in both]
 
     def _from_rank0(self, value, error, what):
         """Rank 0's (value, error) on every rank; raises its error everywhere."""
@@ -408,14 +423,16 @@ class TrainingRecord:
     def _entries(self):
         return [_entry(n, p, False) for n, p in _named_params(self.model)]
 
+    def _counters(self):
+        return {"step": int(self.step), "epoch": int(self.epoch), "micro_batch": int(self.micro_batch)}
+
     def _state(self):
-        counters = {"step": int(self.step), "epoch": int(self.epoch), "micro_batch": int(self.micro_batch)}
         _check_plain(self.extra, "extra")
         state = {
             "format": FORMAT,
             "model": self.model.state_dict(),
             "grads": {n: (None if p.grad is None else p.grad.detach()) for n, p in _named_params(self.model)},
-            "counters": counters,
+            "counters": self._counters(),
             "rng": _rng_state(),
             "extra": self.extra,
         }
@@ -448,11 +465,7 @@ class TrainingRecord:
     def latest(root):
         """The newest committed checkpoint directory under ``root`` (save_rotating's
         layout), or None.  Half-written saves are never returned."""
-        try:
-            names = sorted(n for n in os.listdir(root) if n.startswith("step-") and
-                           os.path.isfile(os.path.join(root, n, MANIFEST)))
-        except FileNotFoundError:
-            return None
+        names = _committed(root)
         return os.path.join(root, names[-1]) if names else None
 
     def _save(self, path, keep_last):
@@ -491,26 +504,20 @@ class TrainingRecord:
             info = {"rank": rank, "file": fname, "bytes": w.size, "sha256": w.sha.hexdigest()}
         except Exception as e:  # noqa: BLE001 - reported on every rank
             error = f"{type(e).__name__}: {e}"
-        infos = [None] * world
-        dist.all_gather_object(infos, (info, error), group=self.group)
-        bad = [(r, e) for r, (_, e) in enumerate(infos) if e is not None]
-        if bad:
-            if rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-            r, e = bad[0]
-            raise RuntimeError(f"{what}: rank {r}: {e}; nothing was saved")
+        infos = self._gather(info, error, f"{what}, nothing was saved",
+                             failed=(lambda: shutil.rmtree(tmp, ignore_errors=True)) if rank == 0 else None)
         # 3. rank 0 writes the manifest last and commits the directory
         error = None
         if rank == 0:
             try:
+                entries = self._entries()
                 manifest = {
                     "format": FORMAT,
                     "world_size": world,
-                    "files": [i for i, _ in infos],
-                    "fingerprint": _digest(self._entries()).hex(),
-                    "parameters": self._entries(),
-                    "counters": {"step": int(self.step), "epoch": int(self.epoch),
-                                 "micro_batch": int(self.micro_batch)},
+                    "files": infos,
+                    "fingerprint": _digest(entries).hex(),
+                    "parameters": entries,
+                    "counters": self._counters(),
                     "torch_version": torch.__version__,
                     "ruccl_version": _ruccl_version(),
                     "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -524,9 +531,7 @@ class TrainingRecord:
                 os.rename(tmp, path)  # the commit
                 _fsync_dir(parent)
                 if keep_last is not None:
-                    done = sorted(n for n in os.listdir(parent) if n.startswith("step-") and
-                                  os.path.isfile(os.path.join(parent, n, MANIFEST)))
-                    for old in done[:-keep_last]:
+                    for old in _committed(parent)[:-keep_last]:
                         shutil.rmtree(os.path.join(parent, old), ignore_errors=True)
             except OSError as e:
                 error = str(e)
@@ -552,9 +557,9 @@ class TrainingRecord:
             state = self._read(path, world, rank, map_location)
         except Exception as e:  # noqa: BLE001 - reported on every rank
             error = f"{e}"
-        self._all_ok(error, what)
+        self._gather(None, error, what)
         self._apply(state)  # _read checked every part against this record: nothing here fails half-way
-        return {"step": self.step, "epoch": self.epoch, "micro_batch": self.micro_batch}
+        return self._counters()
 
     def _read(self, path, world, rank, map_location):
         if not os.path.isdir(path):
