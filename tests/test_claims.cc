@@ -102,6 +102,21 @@ std::string CheckNaNResult(const NaNCase &k, unsigned n, const Bytes &out) {
   return "";
 }
 
+/* One case of a reduction grid, on the peer of rank `me`: an all-reduce, or (root
+   >= 0) a reduce to the peer of that rank, the output written there only.  Records
+   the code (and the error text on a failure) in res and the output buffer in out;
+   returns whether the call worked. */
+bool RunReduction(ruccl_comm_t *comm, const std::vector<uint32_t> &ids, unsigned me, ruccl_dtype_t dt, size_t count,
+                  Bytes &in, ruccl_reduce_op_t op, int root, Outcome &res, Bytes &out) {
+  out = Sentinel(dt, count);
+  ruccl_tensor_t tin = Vec(in, dt, count), tout = Vec(out, dt, count);
+  const unsigned r = static_cast<unsigned>(root);
+  res.rc = root < 0 ? ruccl_all_reduce(comm, &tin, &tout, op)
+                    : ruccl_reduce(comm, &tin, me == r ? &tout : nullptr, op, ids[ThreadOfRank(ids, r)]);
+  if (res.rc != RUCCL_OK) res.last_error = ruccl_last_error();
+  return res.rc == RUCCL_OK;
+}
+
 class ClaimsNaN : public ::testing::TestWithParam<StratPeers> {};
 
 TEST_P(ClaimsNaN, MinMaxPropagateNaNFromAnyPeer) {
@@ -123,24 +138,11 @@ TEST_P(ClaimsNaN, MinMaxPropagateNaNFromAnyPeer) {
       const NaNCase &k = cases[c];
       Bytes in = NaNInput(k, me, n);
       const Bytes saved = in;
-      Bytes out = Sentinel(k.dt, kNaNCount);
-      ruccl_tensor_t tin = Vec(in, k.dt, kNaNCount), tout = Vec(out, k.dt, kNaNCount);
-      ar[i][c].rc = ruccl_all_reduce(comm, &tin, &tout, k.op);
-      ar_out[i][c] = out;
-      if (ar[i][c].rc != RUCCL_OK) {
-        ar[i][c].last_error = ruccl_last_error();
-        break;
-      }
-      Bytes rout = Sentinel(k.dt, kNaNCount);
-      ruccl_tensor_t trout = Vec(rout, k.dt, kNaNCount);
-      rd[i][c].rc = ruccl_reduce(comm, &tin, me == k.root_rank ? &trout : nullptr, k.op,
-                                 ids[ThreadOfRank(ids, k.root_rank)]);
-      rd_out[i][c] = rout;
+      if (!RunReduction(comm, ids, me, k.dt, kNaNCount, in, k.op, -1, ar[i][c], ar_out[i][c])) break;
+      bool ok = RunReduction(comm, ids, me, k.dt, kNaNCount, in, k.op, static_cast<int>(k.root_rank), rd[i][c],
+                             rd_out[i][c]);
       if (in != saved) rd[i][c].problem = "an input was modified";
-      if (rd[i][c].rc != RUCCL_OK) {
-        rd[i][c].last_error = ruccl_last_error();
-        break;
-      }
+      if (!ok) break;
     }
   });
   ASSERT_TRUE(AllOk(r));
@@ -256,15 +258,9 @@ TEST_P(ClaimsIntegerWrap, LiteralOverflows) {
     for (size_t c = 0; c < kinds.size(); c++) {
       const Kind &k = kinds[c];
       const size_t count = k.lits.size();
-      Bytes in(count * ElemSize(k.dt)), out = Sentinel(k.dt, count);
+      Bytes in(count * ElemSize(k.dt));
       for (size_t e = 0; e < count; e++) StoreInt(k.dt, in.data(), e, k.lits[e].v[me]);
-      ruccl_tensor_t tin = Vec(in, k.dt, count), tout = Vec(out, k.dt, count);
-      res[i][c].rc = ruccl_all_reduce(comm, &tin, &tout, k.op);
-      outs[i][c] = out;
-      if (res[i][c].rc != RUCCL_OK) {
-        res[i][c].last_error = ruccl_last_error();
-        break;
-      }
+      if (!RunReduction(comm, ids, me, k.dt, count, in, k.op, -1, res[i][c], outs[i][c])) break;
     }
   });
   ASSERT_TRUE(AllOk(r));
@@ -332,18 +328,10 @@ TEST_P(ClaimsIntegerWrapGrid, ExtremeAndRandomValues) {
       const ruccl_dtype_t dt = kinds[c / 2].first;
       const ruccl_reduce_op_t op = kinds[c / 2].second;
       const unsigned root = static_cast<unsigned>(c % n);
-      Bytes in(count * ElemSize(dt)), out = Sentinel(dt, count);
+      Bytes in(count * ElemSize(dt));
       for (size_t e = 0; e < count; e++) StoreInt(dt, in.data(), e, WrapValue(dt, op, me, e));
-      ruccl_tensor_t tin = Vec(in, dt, count), tout = Vec(out, dt, count);
-      if (c % 2 == 0)
-        res[i][c].rc = ruccl_all_reduce(comm, &tin, &tout, op);
-      else
-        res[i][c].rc = ruccl_reduce(comm, &tin, me == root ? &tout : nullptr, op, ids[ThreadOfRank(ids, root)]);
-      outs[i][c] = out;
-      if (res[i][c].rc != RUCCL_OK) {
-        res[i][c].last_error = ruccl_last_error();
+      if (!RunReduction(comm, ids, me, dt, count, in, op, c % 2 ? static_cast<int>(root) : -1, res[i][c], outs[i][c]))
         break;
-      }
     }
   });
   ASSERT_TRUE(AllOk(r));
@@ -447,18 +435,11 @@ TEST_P(ClaimsHalfRounding, AccumulateInFloat32AndRoundOnce) {
     for (size_t c = 0; c < cases.size(); c++) {
       const Case &k = cases[c];
       const size_t count = count_of(k.dt);
-      Bytes in(count * 2), out = Sentinel(k.dt, count);
+      Bytes in(count * 2);
       for (size_t e = 0; e < count; e++) PutRaw<uint16_t>(in.data(), e, RoundToHalf(k.dt, HalfValue(k.dt, n, me, e)));
-      ruccl_tensor_t tin = Vec(in, k.dt, count), tout = Vec(out, k.dt, count);
-      if (!k.reduce)
-        res[i][c].rc = ruccl_all_reduce(comm, &tin, &tout, k.op);
-      else
-        res[i][c].rc = ruccl_reduce(comm, &tin, me == k.root ? &tout : nullptr, k.op, ids[ThreadOfRank(ids, k.root)]);
-      outs[i][c] = out;
-      if (res[i][c].rc != RUCCL_OK) {
-        res[i][c].last_error = ruccl_last_error();
+      if (!RunReduction(comm, ids, me, k.dt, count, in, k.op, k.reduce ? static_cast<int>(k.root) : -1, res[i][c],
+                        outs[i][c]))
         break;
-      }
     }
   });
   ASSERT_TRUE(AllOk(r));
