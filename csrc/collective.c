@@ -21,7 +21,7 @@
 #include "hierarchy.h"
 #include "net/transport_tcp.h"
 #include "rank.h"
-#include "tensor_device.h"
+#include "device/device.h"
 
 #define DETAIL_MAX RUCCL_DETAIL_MAX
 #define VERDICT_MAX 448
@@ -373,16 +373,16 @@ static ruccl_result_t stage_in(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_d
     ruccl_to_compute(t->data, t->dtype, buf, cdt, count);
     return RUCCL_OK;
   }
+  /* From the device into pinned memory, then (a type that computes wider) widened. */
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
-  void *raw = cdt == t->dtype ? buf : malloc(raw_bytes);
-  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
-  ruccl_result_t rc = ad->to_host(t->device, raw, t->data, raw_bytes);
-  if (rc == RUCCL_OK && raw != buf) ruccl_to_compute(raw, t->dtype, buf, cdt, count);
-  if (raw != buf) free(raw);
+  void *raw = ruccl_comm_staging(c, RUCCL_STAGING_SLOT, raw_bytes, t->device);
+  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "pinned staging of %zu bytes", raw_bytes);
+  ruccl_result_t rc = ruccl_comm_copy(c, t->device, raw, t->data, raw_bytes, RUCCL_COPY_TO_HOST);
+  if (rc == RUCCL_OK) ruccl_to_compute(raw, t->dtype, buf, cdt, count);
   return rc;
 }
 
-static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
+static ruccl_result_t stage_out(ruccl_comm_t *c, const ruccl_tensor_t *t, ruccl_dtype_t cdt, const void *host) {
   if (host == t->data) return RUCCL_OK;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   size_t count = (size_t)numel_of(t);
@@ -391,14 +391,11 @@ static ruccl_result_t stage_out(const ruccl_tensor_t *t, ruccl_dtype_t cdt, cons
     ruccl_from_compute(host, cdt, t->data, t->dtype, count);
     return RUCCL_OK;
   }
-  if (cdt == t->dtype) return ad->from_host(t->device, t->data, host, count * ruccl_dtype_size(t->dtype));
   size_t raw_bytes = count * ruccl_dtype_size(t->dtype);
-  void *raw = malloc(raw_bytes);
-  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", raw_bytes);
+  void *raw = ruccl_comm_staging(c, RUCCL_STAGING_SLOT, raw_bytes, t->device);
+  if (!raw) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "pinned staging of %zu bytes", raw_bytes);
   ruccl_from_compute(host, cdt, raw, t->dtype, count);
-  ruccl_result_t rc = ad->from_host(t->device, t->data, raw, raw_bytes);
-  free(raw);
-  return rc;
+  return ruccl_comm_copy(c, t->device, t->data, raw, raw_bytes, RUCCL_COPY_FROM_HOST);
 }
 
 static const ruccl_algorithm_table_t *const strategy_table[] = {
@@ -502,7 +499,7 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
               ruccl_coll_kind_name(r->kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
     rc = ruccl_hier_run(&h, r->kind, a);
   }
-  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(r->out, a->dtype, p->dst);
+  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(c, r->out, a->dtype, p->dst);
   return rc;
 }
 

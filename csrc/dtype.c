@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "device/reduce_ops.h"
+
 size_t ruccl_dtype_size(ruccl_dtype_t dt) {
   switch (dt) {
     case RUCCL_FLOAT32: return 4;
@@ -39,60 +41,6 @@ ruccl_dtype_t ruccl_compute_dtype(ruccl_dtype_t dt, ruccl_reduce_op_t op) {
   return dt;
 }
 
-static inline uint32_t float_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-static inline float bits_float(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13)); /* inf, nan */
-  if (exp != 0) return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
-  /* zero or subnormal: mant * 2^-24 is exact in float */
-  float v = (float)mant * 5.9604644775390625e-8f;
-  return sign ? -v : v;
-}
-
-static inline uint16_t float_to_half(float f) {
-  uint32_t u = float_bits(f);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  uint32_t abs = u & 0x7fffffffu;
-  if (abs >= 0x7f800000u) /* inf or nan (keep nan quiet and non-zero) */
-    return (uint16_t)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | ((abs >> 13) & 0x3ffu) : 0));
-  if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-  if (abs < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
-    if (abs < 0x33000000u) return sign;                      /* below 2^-25: rounds to zero */
-    uint32_t exp = abs >> 23;
-    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - exp; /* 14..24 */
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1); /* round to nearest even on the 13 dropped bits */
-  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-static inline float bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
-
-static inline uint16_t float_to_bf16(float f) {
-  uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet nan */
-  u += 0x7fffu + ((u >> 16) & 1);
-  return (uint16_t)(u >> 16);
-}
-
 #define WIDEN(T)                                      \
   do {                                                \
     const T *s = src;                                 \
@@ -112,11 +60,11 @@ void ruccl_to_compute(const void *src, ruccl_dtype_t dt, void *dst, ruccl_dtype_
   } else if (dt == RUCCL_FLOAT16) {
     const uint16_t *s = src;
     float *d = dst;
-    for (size_t i = 0; i < count; i++) d[i] = half_to_float(s[i]);
+    for (size_t i = 0; i < count; i++) d[i] = ruccl_half_to_float(s[i]);
   } else if (dt == RUCCL_BFLOAT16) {
     const uint16_t *s = src;
     float *d = dst;
-    for (size_t i = 0; i < count; i++) d[i] = bf16_to_float(s[i]);
+    for (size_t i = 0; i < count; i++) d[i] = ruccl_bf16_to_float(s[i]);
   } else if (dt == RUCCL_INT8) {
     WIDEN(int8_t);
   } else if (dt == RUCCL_UINT8) {
@@ -133,11 +81,11 @@ void ruccl_from_compute(const void *src, ruccl_dtype_t cdt, void *dst, ruccl_dty
   } else if (dt == RUCCL_FLOAT16) {
     const float *s = src;
     uint16_t *d = dst;
-    for (size_t i = 0; i < count; i++) d[i] = float_to_half(s[i]);
+    for (size_t i = 0; i < count; i++) d[i] = ruccl_float_to_half(s[i]);
   } else if (dt == RUCCL_BFLOAT16) {
     const float *s = src;
     uint16_t *d = dst;
-    for (size_t i = 0; i < count; i++) d[i] = float_to_bf16(s[i]);
+    for (size_t i = 0; i < count; i++) d[i] = ruccl_float_to_bf16(s[i]);
   } else if (dt == RUCCL_INT8) {
     NARROW(int8_t);
   } else if (dt == RUCCL_UINT8) {
@@ -146,12 +94,6 @@ void ruccl_from_compute(const void *src, ruccl_dtype_t cdt, void *dst, ruccl_dty
     NARROW(int32_t);
   }
 }
-
-/* NaN propagates through MIN and MAX, as in torch. */
-#define FMIN(a, b) ((b) != (b) ? (b) : ((b) < (a) ? (b) : (a)))
-#define FMAX(a, b) ((b) != (b) ? (b) : ((b) > (a) ? (b) : (a)))
-#define IMIN(a, b) ((b) < (a) ? (b) : (a))
-#define IMAX(a, b) ((b) > (a) ? (b) : (a))
 
 #define LOOP(T, EXPR)                                     \
   do {                                                    \
@@ -166,18 +108,18 @@ void ruccl_from_compute(const void *src, ruccl_dtype_t cdt, void *dst, ruccl_dty
 #define FLOAT_KERNEL(T)                                          \
   switch (op) {                                                  \
     case RUCCL_PROD: LOOP(T, av * bv); break;                    \
-    case RUCCL_MIN: LOOP(T, FMIN(av, bv)); break;                \
-    case RUCCL_MAX: LOOP(T, FMAX(av, bv)); break;                \
+    case RUCCL_MIN: LOOP(T, RUCCL_FMIN(av, bv)); break;                \
+    case RUCCL_MAX: LOOP(T, RUCCL_FMAX(av, bv)); break;                \
     default: LOOP(T, av + bv); break;                            \
   }
 
 /* U is the unsigned type of T's width: wrapping SUM and PROD. */
 #define INT_KERNEL(T, U)                                         \
   switch (op) {                                                  \
-    case RUCCL_PROD: LOOP(T, (U)((U)av * (U)bv)); break;         \
-    case RUCCL_MIN: LOOP(T, IMIN(av, bv)); break;                \
-    case RUCCL_MAX: LOOP(T, IMAX(av, bv)); break;                \
-    default: LOOP(T, (U)((U)av + (U)bv)); break;                 \
+    case RUCCL_PROD: LOOP(T, RUCCL_WRAP_MUL(T, U, av, bv)); break;         \
+    case RUCCL_MIN: LOOP(T, RUCCL_IMIN(av, bv)); break;                \
+    case RUCCL_MAX: LOOP(T, RUCCL_IMAX(av, bv)); break;                \
+    default: LOOP(T, RUCCL_WRAP_ADD(T, U, av, bv)); break;                 \
   }
 
 void ruccl_reduce_kernel(void *dst, const void *a, const void *b, size_t count, ruccl_dtype_t dt,

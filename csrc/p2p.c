@@ -13,7 +13,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "rank.h"
-#include "tensor_device.h"
+#include "device/device.h"
 #include "net/transport_tcp.h"
 
 typedef struct {
@@ -58,22 +58,25 @@ static ruccl_result_t check_op(ruccl_comm_t *c, const ruccl_p2p_op_t *op, size_t
 
 /* Host memory for each tensor: its own when the host can reach it, else a buffer
    (filled from the device for a send). */
-static ruccl_result_t stage(p2p_item_t *it) {
+static ruccl_result_t stage(ruccl_comm_t *c, p2p_item_t *it) {
   const ruccl_tensor_t *t = it->op->tensor;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(t->device.kind);
   if (ad->host_accessible || !it->bytes) {
     it->host = t->data;
     return RUCCL_OK;
   }
-  void *buf = malloc(it->bytes);
-  if (!buf) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "staging %zu bytes", it->bytes);
-  it->host = buf;
-  return it->op->kind == RUCCL_P2P_SEND ? ad->to_host(t->device, buf, t->data, it->bytes) : RUCCL_OK;
+  ruccl_result_t rc = ad->host_alloc(t->device, it->bytes, &it->host);
+  if (rc != RUCCL_OK) return rc;
+  return it->op->kind == RUCCL_P2P_SEND
+             ? ruccl_comm_copy(c, t->device, it->host, t->data, it->bytes, RUCCL_COPY_TO_HOST)
+             : RUCCL_OK;
 }
 
 static void unstage(p2p_item_t *it, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (it[i].host && it[i].host != it[i].op->tensor->data) free(it[i].host);
+  for (size_t i = 0; i < n; i++) {
+    const ruccl_tensor_t *t = it[i].op ? it[i].op->tensor : NULL;
+    if (t && it[i].host && it[i].host != t->data) ruccl_device_adapter(t->device.kind)->host_free(t->device, it[i].host);
+  }
 }
 
 /* Sends to oneself and receives from oneself pair up in order, as with any peer:
@@ -143,7 +146,7 @@ ruccl_result_t ruccl_p2p_group(ruccl_comm_t *c, const ruccl_p2p_op_t *ops, size_
   if (!items) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "%zu p2p ops", n);
   for (size_t i = 0; rc == RUCCL_OK && i < n; i++) rc = check_op(c, &ops[i], i, &items[i]);
   if (rc == RUCCL_OK) rc = check_self(c, items, n);
-  for (size_t i = 0; rc == RUCCL_OK && i < n; i++) rc = stage(&items[i]);
+  for (size_t i = 0; rc == RUCCL_OK && i < n; i++) rc = stage(c, &items[i]);
   if (rc != RUCCL_OK) {
     unstage(items, n);
     free(items);
@@ -164,7 +167,7 @@ ruccl_result_t ruccl_p2p_group(ruccl_comm_t *c, const ruccl_p2p_op_t *ops, size_
     for (size_t i = 0; rc == RUCCL_OK && i < n; i++) {
       const ruccl_tensor_t *t = items[i].op->tensor;
       if (items[i].op->kind == RUCCL_P2P_RECV && items[i].host != t->data)
-        rc = ruccl_device_adapter(t->device.kind)->from_host(t->device, t->data, items[i].host, items[i].bytes);
+        rc = ruccl_comm_copy(c, t->device, t->data, items[i].host, items[i].bytes, RUCCL_COPY_FROM_HOST);
     }
   unstage(items, n);
   free(items);

@@ -14,8 +14,11 @@
 typedef struct ruccl_group ruccl_group_t;
 
 /* Scratch slots: 0 inside an algorithm, 1 and 2 staged input and output, 3 and 4
-   the node leader's buffers between the local and the global phase. */
+   the node leader's buffers between the local and the global phase.  Pinned
+   staging (a device the host cannot reach) has slots of its own, of which
+   RUCCL_STAGING_SLOT holds a tensor's raw bytes on their way to or from the device. */
 #define RUCCL_SCRATCH_SLOTS 5
+#define RUCCL_STAGING_SLOT 0
 
 struct ruccl_group {
   ruccl_config_t config;
@@ -61,6 +64,13 @@ struct ruccl_comm {
   uint64_t seq; /* collectives started on this handle */
   void *scratch[RUCCL_SCRATCH_SLOTS];
   size_t scratch_cap[RUCCL_SCRATCH_SLOTS];
+  /* Device staging (staging.c): a stream on stream_dev, and pinned host buffers. */
+  void *stream;
+  int has_stream;
+  ruccl_device_t stream_dev;
+  void *pinned[RUCCL_SCRATCH_SLOTS];
+  size_t pinned_cap[RUCCL_SCRATCH_SLOTS];
+  ruccl_device_t pinned_dev[RUCCL_SCRATCH_SLOTS];
 };
 
 /* The error a wait of this group must return now, or RUCCL_OK. */
@@ -69,5 +79,15 @@ void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code);
 
 /* A buffer of at least `bytes` owned by the comm, kept between calls. */
 void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes);
+
+/* staging.c: host memory for a tensor on dev (pinned when the host cannot reach
+   dev's memory, else the scratch slot), and copies between it and the device on
+   the comm's stream, waited for within the session's timeout. */
+void *ruccl_comm_staging(ruccl_comm_t *c, int slot, size_t bytes, ruccl_device_t dev);
+ruccl_result_t ruccl_comm_copy(ruccl_comm_t *c, ruccl_device_t dev, void *dst, const void *src, size_t bytes,
+                               int kind /* ruccl_copy_kind_t */);
+/* The comm's stream on dev (created on first use). */
+ruccl_result_t ruccl_comm_stream(ruccl_comm_t *c, ruccl_device_t dev, void **stream);
+void ruccl_comm_release_device(ruccl_comm_t *c);
 
 #endif

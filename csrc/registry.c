@@ -18,7 +18,7 @@
 #include "rank.h"
 #include "net/session.h"
 #include "net/transport_tcp.h"
-#include "tensor_device.h"
+#include "device/device.h"
 #include "testing.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -125,6 +125,7 @@ void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes) {
 
 static void comm_free(ruccl_comm_t *c) {
   for (int i = 0; i < RUCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
+  ruccl_comm_release_device(c);
   free(c);
 }
 
