@@ -16,12 +16,15 @@
 #include <string.h>
 
 #include "algorithms/algorithms.h"
+#include "device/nccl_loader.h"
+#include "device/path.h"
+#include "device_collective.h"
 #include "dtype.h"
 #include "error.h"
 #include "hierarchy.h"
 #include "net/transport_tcp.h"
 #include "rank.h"
-#include "device/device.h"
+#include "testing.h"
 
 #define DETAIL_MAX RUCCL_DETAIL_MAX
 #define VERDICT_MAX 448
@@ -35,13 +38,20 @@ typedef struct {
   int32_t sender;
   int32_t local_error;
   char detail[DETAIL_MAX];
+  ruccl_path_facts_t facts;     /* where this peer's tensors are (device/path.h) */
+  ruccl_buffer_ptrs_t buffers;  /* and their addresses (used within one process only) */
 } coll_desc_t;
 
 typedef struct {
   uint64_t seq;
   int32_t code;
   int32_t sender_pos; /* broadcast: the one sender's team position */
+  int32_t failures;   /* peers that reported a local error */
+  int32_t path;       /* ruccl_path_t every peer takes */
+  int32_t nccl_new;   /* NCCL path: connect with nccl_id first */
   char message[VERDICT_MAX];
+  char path_why[96];
+  ruccl_nccl_unique_id_t nccl_id;
 } coll_verdict_t;
 
 const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
@@ -135,6 +145,33 @@ int ruccl_peer_index(const ruccl_comm_t *c, uint32_t id) {
   return -1;
 }
 
+/* Where the call's tensors are (checked: every tensor given is valid). */
+static void describe_device(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_t *d) {
+  const ruccl_tensor_t *mine[2] = {r->in, r->out};
+  if (r->kind == RUCCL_COLL_REDUCE && r->root_peer != c->peer_id) mine[1] = NULL;
+  const ruccl_tensor_t *first = NULL;
+  int mixed = 0;
+  for (int i = 0; i < 2; i++) {
+    if (!mine[i]) continue;
+    if (!first) first = mine[i];
+    else if (mine[i]->device.kind != first->device.kind || mine[i]->device.index != first->device.index) mixed = 1;
+  }
+  ruccl_path_facts_t *f = &d->facts;
+  f->process = c->group->node_index;
+  f->device_kind = mixed ? RUCCL_PATH_MIXED_DEVICES : first ? (int32_t)first->device.kind : RUCCL_DEVICE_CPU;
+  int pretend = ruccl_testing_pretended_devices();
+  if (pretend && f->device_kind == RUCCL_DEVICE_CPU) { /* tests: host memory posing as devices */
+    f->device_kind = RUCCL_DEVICE_CUDA;
+    f->uuid.bytes[0] = 1;
+    if (pretend == 2) memcpy(f->uuid.bytes + 1, &c->global_index, sizeof c->global_index);
+  } else if (f->device_kind == RUCCL_DEVICE_CUDA) {
+    ruccl_device_adapter(first->device.kind)->uuid(first->device, &f->uuid);
+  }
+  if (f->device_kind == RUCCL_DEVICE_CUDA) ruccl_nccl(&f->nccl_version);
+  d->buffers.in = r->in ? (uint64_t)(uintptr_t)r->in->data : 0;
+  d->buffers.out = mine[1] ? (uint64_t)(uintptr_t)mine[1]->data : 0;
+}
+
 /* Fills the descriptor; a local error is recorded in it, not returned. */
 static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_t *d) {
   memset(d, 0, sizeof *d);
@@ -211,6 +248,7 @@ static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_
     default: break;
   }
   d->local_error = (int32_t)rc;
+  if (rc == RUCCL_OK && r->kind != RUCCL_COLL_BARRIER) describe_device(c, r, d);
   if (rc == RUCCL_OK && shape_from) {
     d->dtype = (int32_t)shape_from->dtype;
     d->ndim = shape_from->ndim;
@@ -287,20 +325,54 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
   return RUCCL_OK;
 }
 
+/* The data path of an agreed call (device/path.h), with a new NCCL unique id when
+   the path is NCCL and the communicators are not yet connected.  Runs on the judge. */
+static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t *v) {
+  unsigned n = c->group->n_total;
+  int any_device = 0;
+  for (unsigned i = 0; i < n && !any_device; i++) any_device = all[i].facts.device_kind != RUCCL_DEVICE_CPU;
+  v->path = RUCCL_PATH_HOST;
+  if (!any_device || all[0].kind == RUCCL_COLL_BARRIER) return;
+  ruccl_path_facts_t *facts = malloc(sizeof *facts * n);
+  if (!facts) {
+    v->path = RUCCL_PATH_HOST_STAGED;
+    snprintf(v->path_why, sizeof v->path_why, "no memory to weigh the paths");
+    return;
+  }
+  for (unsigned i = 0; i < n; i++) facts[i] = all[i].facts;
+  int own_dtype = !kind_reduces(all[0].kind) ||
+                  ruccl_compute_dtype((ruccl_dtype_t)all[0].dtype, (ruccl_reduce_op_t)all[0].op) == (ruccl_dtype_t)all[0].dtype;
+  v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, v->path_why, sizeof v->path_why);
+  free(facts);
+  if (v->path == RUCCL_PATH_NCCL && !c->nccl_comm) {
+    const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
+    if (nc && nc->get_unique_id(&v->nccl_id) == RUCCL_NCCL_SUCCESS) {
+      v->nccl_new = 1;
+    } else {
+      v->path = RUCCL_PATH_HOST_STAGED;
+      snprintf(v->path_why, sizeof v->path_why, "NCCL could not make a unique id");
+    }
+  }
+}
+
 /* Returns the verdict's code (and sets the thread's last error from its message),
    or the transport's error if the agreement itself could not complete (then
-   *transport_failed is set). */
+   *transport_failed is set).  The verdict goes to *out; the judge also gets every
+   descriptor, by global index, in *all_out (NULL elsewhere).  vote: the round only
+   collects local errors (after an NCCL launch), without choosing a path. */
 static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                            const coll_desc_t *mine, unsigned *sender_pos, int *transport_failed) {
+                            const coll_desc_t *mine, int vote, coll_verdict_t *out, const coll_desc_t **all_out,
+                            int *transport_failed) {
   *transport_failed = 1;
   const ruccl_group_t *g = c->group;
-  coll_verdict_t v;
-  memset(&v, 0, sizeof v);
+  coll_verdict_t *v = out;
+  memset(v, 0, sizeof *v);
+  if (all_out) *all_out = NULL;
   unsigned n_local = local->n;
   ruccl_result_t rc;
   if (local->me != 0) {
     rc = ruccl_team_send(local, 0, mine, sizeof *mine);
-    if (rc == RUCCL_OK) rc = ruccl_team_recv(local, 0, &v, sizeof v);
+    if (rc == RUCCL_OK) rc = ruccl_team_recv(local, 0, v, sizeof *v);
     if (rc != RUCCL_OK) return rc;
   } else {
     /* slot 3 holds every descriptor: this node's first, then (node 0) all by global index */
@@ -315,7 +387,7 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
     size_t node_bytes = sizeof(coll_desc_t) * n_local;
     if (net && net->me != 0) {
       rc = ruccl_team_send(net, 0, node, node_bytes);
-      if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, &v, sizeof v);
+      if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, v, sizeof *v);
       if (rc != RUCCL_OK) return rc;
     } else {
       for (unsigned k = 0; k < g->num_nodes; k++) {
@@ -327,27 +399,30 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
         }
         for (unsigned l = 0; l < n_local; l++) all[g->node_members[k * n_local + l]] = from[l];
       }
-      v.seq = mine->seq;
-      v.code = judge(c, all, v.message);
-      for (unsigned p = 0; p < g->n_total; p++)
-        if (all[p].sender) v.sender_pos = (int32_t)p;
+      v->seq = mine->seq;
+      v->code = judge(c, all, v->message);
+      for (unsigned p = 0; p < g->n_total; p++) {
+        if (all[p].sender) v->sender_pos = (int32_t)p;
+        v->failures += all[p].local_error != RUCCL_OK;
+      }
+      if (v->code == RUCCL_OK && !vote) decide_path(c, all, v);
+      if (all_out) *all_out = all;
       if (net) {
-        rc = ruccl_team_send_all(net, &v, sizeof v);
+        rc = ruccl_team_send_all(net, v, sizeof *v);
         if (rc != RUCCL_OK) return rc;
       }
     }
-    rc = ruccl_team_send_all(local, &v, sizeof v);
+    rc = ruccl_team_send_all(local, v, sizeof *v);
     if (rc != RUCCL_OK) return rc;
   }
   *transport_failed = 0;
-  if (v.code != RUCCL_OK) {
+  if (v->code != RUCCL_OK) {
     char full[VERDICT_MAX + 64];
-    snprintf(full, sizeof full, "%s: %s", ruccl_error_string((ruccl_result_t)v.code), v.message);
+    snprintf(full, sizeof full, "%s: %s", ruccl_error_string((ruccl_result_t)v->code), v->message);
     ruccl_set_last_error(full);
     ruccl_log(1, "peer %u: %s", c->peer_id, full);
-    return (ruccl_result_t)v.code;
+    return (ruccl_result_t)v->code;
   }
-  *sender_pos = (unsigned)v.sender_pos;
   return RUCCL_OK;
 }
 
@@ -433,10 +508,37 @@ typedef struct {
   ruccl_args_t args;
   void *dst;   /* host result, staged back into out when it is not out itself */
   int writes_out;
+  int staged;  /* args.src and args.dst are set (deferred for device tensors until the path is known) */
 } prepared_t;
 
-/* Stages the inputs and sizes the call before the agreement, so that a peer that
-   cannot (no memory, a device error) says so in its descriptor. */
+static int host_accessible(const ruccl_tensor_t *t) {
+  return !t || ruccl_device_adapter(t->device.kind)->host_accessible;
+}
+
+/* Host buffers for the algorithms: the tensors themselves, or staged copies. */
+static ruccl_result_t stage_call(ruccl_comm_t *c, const ruccl_request_t *r, prepared_t *p) {
+  const ruccl_tensor_t *in = r->in;
+  ruccl_tensor_t *out = r->out;
+  ruccl_args_t *a = &p->args;
+  void *src = NULL, *dst = NULL;
+  ruccl_result_t rc = RUCCL_OK;
+  if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
+  int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
+  if (rc == RUCCL_OK && p->writes_out) {
+    if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
+    else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
+  }
+  /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
+  static char empty[16];
+  a->src = src ? src : empty;
+  a->dst = dst ? dst : (p->writes_out ? empty : NULL);
+  p->dst = dst;
+  p->staged = rc == RUCCL_OK;
+  return rc;
+}
+
+/* Sizes the call and stages host tensors before the agreement, so that a peer that
+   cannot (no memory) says so in its descriptor. */
 static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepared_t *p) {
   ruccl_group_t *g = c->group;
   const ruccl_tensor_t *in = r->in;
@@ -457,20 +559,9 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
     case RUCCL_COLL_REDUCE_SCATTER: a->count = (size_t)numel_of(out); break;
     default: a->count = (size_t)numel_of(in); break;
   }
-  void *src = NULL, *dst = NULL;
-  ruccl_result_t rc = RUCCL_OK;
-  if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
-  int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
-  if (rc == RUCCL_OK && p->writes_out) {
-    if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
-    else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
-  }
-  /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
-  static char empty[16];
-  a->src = src ? src : empty;
-  a->dst = dst ? dst : (p->writes_out ? empty : NULL);
-  p->dst = dst;
-  return rc;
+  /* Device memory is staged only once the agreement has chosen the host-staged path. */
+  if (host_accessible(in) && host_accessible(p->writes_out ? out : NULL)) return stage_call(c, r, p);
+  return RUCCL_OK;
 }
 
 static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
@@ -500,6 +591,63 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
     rc = ruccl_hier_run(&h, r->kind, a);
   }
   if (rc == RUCCL_OK && p->writes_out) rc = stage_out(c, r->out, a->dtype, p->dst);
+  return rc;
+}
+
+/* ---- device paths ------------------------------------------------------------------ */
+
+static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_request_t *r, const coll_desc_t *d,
+                                       unsigned sender_pos) {
+  const ruccl_tensor_t *t = r->in ? r->in : r->out;
+  ruccl_device_call_t call = {.kind = r->kind, .device = t->device, .dtype = t->dtype, .op = r->op};
+  (void)d;
+  switch (r->kind) {
+    case RUCCL_COLL_BROADCAST: call.count = (size_t)numel_of(r->out); call.root = sender_pos; break;
+    case RUCCL_COLL_REDUCE_SCATTER: call.count = (size_t)numel_of(r->out); break;
+    case RUCCL_COLL_REDUCE:
+      call.count = (size_t)numel_of(r->in);
+      call.root = (unsigned)ruccl_peer_index(c, r->root_peer);
+      break;
+    default: call.count = (size_t)numel_of(r->in); break;
+  }
+  return call;
+}
+
+/* NCCL moves the data of an agreed call.  Connecting and launching are local steps
+   that can fail on some peers only; a second round (a vote) tells every peer before
+   anyone waits on NCCL.  When every peer failed to launch, nothing is in flight and
+   the session stays usable (*usable); otherwise the launched peers abort their NCCL
+   communicators and the session breaks, with the same code everywhere. */
+static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                                const ruccl_request_t *r, const coll_desc_t *desc, const coll_verdict_t *v,
+                                int *usable) {
+  ruccl_device_call_t call = device_call(c, r, desc, (unsigned)v->sender_pos);
+  int root_only_out = r->kind == RUCCL_COLL_REDUCE && r->root_peer != c->peer_id;
+  void *out = root_only_out ? NULL : r->out->data;
+  ruccl_result_t rc = RUCCL_OK;
+  if (v->nccl_new) rc = ruccl_nccl_connect(c, &v->nccl_id, call.device, local->deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_nccl_launch(c, &call, r->in ? r->in->data : NULL, out);
+  coll_desc_t mine = *desc;
+  mine.local_error = (int32_t)rc;
+  if (rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
+  /* The vote has a deadline of its own: peers whose NCCL set-up timed out arrive at
+     the collective's deadline, and they still tell each other why. */
+  coll_verdict_t vote;
+  int transport_failed = 0;
+  ruccl_team_t vote_local = *local, vote_net;
+  vote_local.deadline_ns = ruccl_deadline_after_ms(c->group->config.timeout_ms);
+  if (net) {
+    vote_net = *net;
+    vote_net.deadline_ns = vote_local.deadline_ns;
+  }
+  ruccl_result_t voted = agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &vote, NULL, &transport_failed);
+  if (voted != RUCCL_OK) {
+    *usable = !transport_failed && vote.failures == (int32_t)c->group->n_total;
+    if (!*usable) ruccl_nccl_abort(c);
+    return voted;
+  }
+  rc = ruccl_nccl_wait(c, call.device, local->deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_nccl_divide(c, &call, out, local->deadline_ns);
   return rc;
 }
 
@@ -541,9 +689,10 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
       snprintf(desc.detail, sizeof desc.detail, "%s", ruccl_last_error());
     }
   }
-  unsigned sender_pos = 0;
+  coll_verdict_t verdict;
+  const coll_desc_t *all = NULL;
   int transport_failed = 0;
-  rc = agree(c, &team, net, &desc, &sender_pos, &transport_failed);
+  rc = agree(c, &team, net, &desc, 0, &verdict, &all, &transport_failed);
   c->seq++;
   if (rc != RUCCL_OK) {
     /* A verdict leaves the session as it was.  A failed exchange leaves peers blocked
@@ -552,8 +701,29 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
     return rc;
   }
   if (r->kind == RUCCL_COLL_BARRIER) return RUCCL_OK;
-  if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = sender_pos;
-  rc = execute(c, &team, net, r, &prep);
-  if (rc != RUCCL_OK) ruccl_group_break(g, rc);
+  if (verdict.path != c->last_path) {
+    ruccl_log(2, "peer %u: %s #%" PRIu64 " takes the %s path: %s", c->peer_id, ruccl_coll_kind_name(r->kind),
+              c->seq - 1, ruccl_path_name((ruccl_path_t)verdict.path),
+              verdict.path == RUCCL_PATH_HOST ? "every tensor is in host memory" : verdict.path_why);
+    c->last_path = verdict.path;
+  }
+  ruccl_testing_path_taken(verdict.path);
+  int usable = 0;
+  switch (verdict.path) {
+    case RUCCL_PATH_SAME_DEVICE: {
+      ruccl_device_call_t call = device_call(c, r, &desc, (unsigned)verdict.sender_pos);
+      ruccl_buffer_ptrs_t ptrs[RUCCL_DEVICE_REDUCE_MAX];
+      for (unsigned i = 0; all && i < g->n_total && i < RUCCL_DEVICE_REDUCE_MAX; i++) ptrs[i] = all[i].buffers;
+      rc = ruccl_same_device_run(c, &team, &call, ptrs, team.deadline_ns);
+      break;
+    }
+    case RUCCL_PATH_NCCL: rc = nccl_path(c, &team, net, r, &desc, &verdict, &usable); break;
+    default:
+      if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = (unsigned)verdict.sender_pos;
+      rc = prep.staged ? RUCCL_OK : stage_call(c, r, &prep);
+      if (rc == RUCCL_OK) rc = execute(c, &team, net, r, &prep);
+      break;
+  }
+  if (rc != RUCCL_OK && !usable) ruccl_group_break(g, rc);
   return rc;
 }

@@ -71,6 +71,9 @@ struct ruccl_comm {
   void *pinned[RUCCL_SCRATCH_SLOTS];
   size_t pinned_cap[RUCCL_SCRATCH_SLOTS];
   ruccl_device_t pinned_dev[RUCCL_SCRATCH_SLOTS];
+  /* Device paths (device_collective.c). */
+  void *nccl_comm; /* this peer's NCCL communicator, once the NCCL path was taken */
+  int last_path;   /* the data path of the last collective, to log a change once */
 };
 
 /* The error a wait of this group must return now, or RUCCL_OK. */

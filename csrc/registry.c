@@ -222,6 +222,7 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   if (!c) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "communicator");
   c->peer_id = peer_id;
   c->device = device;
+  c->last_path = -1;
 
   pthread_mutex_lock(&registry_mu);
   ruccl_group_t *g = NULL;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "device/device.h"
+#include "device_collective.h"
 #include "error.h"
 #include "rank.h"
 
@@ -53,6 +54,7 @@ ruccl_result_t ruccl_comm_copy(ruccl_comm_t *c, ruccl_device_t dev, void *dst, c
 }
 
 void ruccl_comm_release_device(ruccl_comm_t *c) {
+  ruccl_nccl_release(c);
   for (int i = 0; i < RUCCL_SCRATCH_SLOTS; i++)
     if (c->pinned[i]) ruccl_device_adapter(c->pinned_dev[i].kind)->host_free(c->pinned_dev[i], c->pinned[i]);
   if (c->has_stream) ruccl_device_adapter(c->stream_dev.kind)->stream_destroy(c->stream_dev, c->stream);

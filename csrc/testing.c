@@ -42,3 +42,13 @@ int ruccl_testing_pause(void) {
 void ruccl_testing_blocking(int delta) { atomic_fetch_add_explicit(&blocked, delta, memory_order_relaxed); }
 
 int ruccl_testing_blocked(void) { return atomic_load_explicit(&blocked, memory_order_relaxed); }
+
+static atomic_int pretend_mode;
+void ruccl_testing_pretend_devices(int mode) { atomic_store(&pretend_mode, mode); }
+int ruccl_testing_pretended_devices(void) { return atomic_load(&pretend_mode); }
+
+static atomic_uint_fast64_t paths_taken[4];
+void ruccl_testing_path_taken(int path) {
+  if ((unsigned)path < 4) atomic_fetch_add(&paths_taken[path], 1);
+}
+uint64_t ruccl_testing_path_count(int path) { return (unsigned)path < 4 ? atomic_load(&paths_taken[path]) : 0; }

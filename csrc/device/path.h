@@ -1,0 +1,37 @@
+/* path.h — which of the data paths a collective takes, decided by the judge of the
+ * agreement from every participant's facts, so that all of them take the same one.
+ *
+ *   HOST         every tensor is in host memory: the algorithms work on it directly.
+ *   SAME_DEVICE  every participant is a logical rank of one process on one device:
+ *                one device reduction over all their buffers, no host round trip.
+ *   NCCL         every participant has its own GPU and the same usable NCCL: ruCCL
+ *                agrees on the call, then NCCL moves the data on the devices.
+ *   HOST_STAGED  everything else (several processes on one GPU, which NCCL refuses;
+ *                no NCCL; tensors on different kinds of device): device -> pinned
+ *                host memory -> the shm/TCP transports -> device. */
+#ifndef RUCCL_PATH_H
+#define RUCCL_PATH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/device.h"
+
+typedef enum { RUCCL_PATH_HOST, RUCCL_PATH_HOST_STAGED, RUCCL_PATH_SAME_DEVICE, RUCCL_PATH_NCCL } ruccl_path_t;
+
+#define RUCCL_PATH_MIXED_DEVICES (-1) /* device_kind of a call whose tensors are on different devices */
+
+typedef struct {
+  int32_t device_kind;      /* ruccl_device_kind_t of the call's tensors, or RUCCL_PATH_MIXED_DEVICES */
+  ruccl_device_uuid_t uuid; /* of that device */
+  uint32_t process;         /* the node index: a node's peers are threads of one process */
+  int32_t nccl_version;     /* of the NCCL this process loaded; 0 = none */
+} ruccl_path_facts_t;
+
+/* facts[i] of participant i (peer order).  own_dtype: the call reduces in its own
+   dtype, or only moves data (NCCL reduces float16 in float16 and int8 MEAN in int8,
+   which is not ruCCL's arithmetic).  why: a short reason (cap bytes). */
+ruccl_path_t ruccl_choose_path(const ruccl_path_facts_t *facts, unsigned n, int own_dtype, char *why, size_t cap);
+const char *ruccl_path_name(ruccl_path_t path);
+
+#endif
