@@ -49,6 +49,7 @@ typedef struct {
   int32_t failures;   /* peers that reported a local error */
   int32_t path;       /* ruccl_path_t every peer takes */
   int32_t nccl_new;   /* NCCL path: connect with nccl_id first */
+  int32_t sliced;     /* host-staged path: in slices (execute_sliced) */
   char message[VERDICT_MAX];
   char path_why[96];
   ruccl_nccl_unique_id_t nccl_id;
@@ -163,11 +164,11 @@ static void describe_device(const ruccl_comm_t *c, const ruccl_request_t *r, col
   if (pretend && f->device_kind == RUCCL_DEVICE_CPU) { /* tests: host memory posing as devices */
     f->device_kind = RUCCL_DEVICE_CUDA;
     f->uuid.bytes[0] = 1;
-    if (pretend == 2) memcpy(f->uuid.bytes + 1, &c->global_index, sizeof c->global_index);
+    if (pretend >= 2) memcpy(f->uuid.bytes + 1, &c->global_index, sizeof c->global_index);
   } else if (f->device_kind == RUCCL_DEVICE_CUDA) {
     ruccl_device_adapter(first->device.kind)->uuid(first->device, &f->uuid);
   }
-  if (f->device_kind == RUCCL_DEVICE_CUDA) ruccl_nccl(&f->nccl_version);
+  if (f->device_kind == RUCCL_DEVICE_CUDA && pretend != 3) ruccl_nccl(&f->nccl_version);
   d->buffers.in = r->in ? (uint64_t)(uintptr_t)r->in->data : 0;
   d->buffers.out = mine[1] ? (uint64_t)(uintptr_t)mine[1]->data : 0;
 }
@@ -344,6 +345,9 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
                   ruccl_compute_dtype((ruccl_dtype_t)all[0].dtype, (ruccl_reduce_op_t)all[0].op) == (ruccl_dtype_t)all[0].dtype;
   v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, v->path_why, sizeof v->path_why);
   free(facts);
+  int32_t kind = all[0].kind;
+  v->sliced = v->path == RUCCL_PATH_HOST_STAGED && own_dtype &&
+              (kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE);
   if (v->path == RUCCL_PATH_NCCL && !c->nccl_comm) {
     const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
     if (nc && nc->get_unique_id(&v->nccl_id) == RUCCL_NCCL_SUCCESS) {
@@ -564,36 +568,92 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
   return RUCCL_OK;
 }
 
-static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                              const ruccl_request_t *r, prepared_t *p) {
+static ruccl_result_t run_algorithm(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                                    ruccl_coll_kind_t kind, ruccl_args_t *a) {
   const ruccl_group_t *g = c->group;
-  ruccl_args_t *a = &p->args;
   size_t bytes = a->count * ruccl_dtype_size(a->dtype);
-  ruccl_strategy_t ls = choose_strategy(g->config.local_strategy, r->kind, bytes, local->n);
+  ruccl_strategy_t ls = choose_strategy(g->config.local_strategy, kind, bytes, local->n);
   const ruccl_algorithm_table_t *table = strategy_table[ls.kind];
-  ruccl_result_t rc;
   if (g->num_nodes == 1) {
     a->arity = ls.arity;
-    ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(r->kind),
+    ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(kind),
               c->seq, a->count, table->name);
-    rc = algo_for(table, r->kind)(local, a);
-  } else {
-    ruccl_strategy_t gs = choose_strategy(g->config.global_strategy, r->kind, bytes * g->n, g->num_nodes);
-    ruccl_hier_t h = {.comm = c,
-                      .local = table,
-                      .global = strategy_table[gs.kind],
-                      .local_arity = ls.arity,
-                      .global_arity = gs.arity,
-                      .local_team = local,
-                      .net_team = net};
-    ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s within the node, %s across %u nodes", c->peer_id,
-              ruccl_coll_kind_name(r->kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
-    rc = ruccl_hier_run(&h, r->kind, a);
+    return algo_for(table, kind)(local, a);
   }
-  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(c, r->out, a->dtype, p->dst);
+  ruccl_strategy_t gs = choose_strategy(g->config.global_strategy, kind, bytes * g->n, g->num_nodes);
+  ruccl_hier_t h = {.comm = c,
+                    .local = table,
+                    .global = strategy_table[gs.kind],
+                    .local_arity = ls.arity,
+                    .global_arity = gs.arity,
+                    .local_team = local,
+                    .net_team = net};
+  ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s within the node, %s across %u nodes", c->peer_id,
+            ruccl_coll_kind_name(kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
+  return ruccl_hier_run(&h, kind, a);
+}
+
+static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                              const ruccl_request_t *r, prepared_t *p) {
+  ruccl_result_t rc = run_algorithm(c, local, net, r->kind, &p->args);
+  if (rc == RUCCL_OK && p->writes_out) rc = stage_out(c, r->out, p->args.dtype, p->dst);
   return rc;
 }
 
+/* Host-staged in slices (the verdict's `sliced`: an all-reduce, broadcast or reduce
+ * whose arithmetic runs in the tensors' own dtype).  Each slice is a collective of
+ * its own over the same slice of every peer's tensors, so that the device's copies
+ * overlap the host's work: while the peers reduce slice k in pinned memory, the
+ * stream brings slice k+1 up from the device and takes slice k-1 back.  A peer whose
+ * tensors are in host memory works on them in place, slice by slice. */
+#define STAGING_SLICE_BYTES ((size_t)4 << 20)
+
+static ruccl_result_t execute_sliced(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                                     const ruccl_request_t *r, prepared_t *p) {
+  const ruccl_tensor_t *in = r->in, *out = p->writes_out ? r->out : NULL;
+  const ruccl_tensor_t *dev_t = !host_accessible(in) ? in : out;
+  int in_dev = !host_accessible(in), out_dev = !host_accessible(out);
+  size_t es = ruccl_dtype_size(p->args.dtype), count = p->args.count;
+  size_t slice = STAGING_SLICE_BYTES / es;
+  static char empty[16];
+  void *buf[2] = {NULL, NULL}, *stream = NULL;
+  const ruccl_device_adapter_t *ad = NULL;
+  ruccl_result_t rc = RUCCL_OK;
+  int64_t deadline = local->deadline_ns;
+  if (in_dev || out_dev) {
+    ad = ruccl_device_adapter(dev_t->device.kind);
+    size_t cap = (count < slice ? count : slice) * es;
+    buf[0] = ruccl_comm_staging(c, 1, cap, dev_t->device);
+    buf[1] = ruccl_comm_staging(c, 2, cap, dev_t->device);
+    if (!buf[0] || !buf[1]) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "pinned staging of 2 x %zu bytes", cap);
+    rc = ruccl_comm_stream(c, dev_t->device, &stream);
+    if (rc == RUCCL_OK && in_dev && count)
+      rc = ad->copy(in->device, stream, buf[0], in->data, (count < slice ? count : slice) * es, RUCCL_COPY_TO_HOST);
+  }
+  for (size_t k = 0, off = 0; rc == RUCCL_OK && off < count; k++, off += slice) {
+    size_t n = count - off < slice ? count - off : slice;
+    void *mine = buf[k % 2];
+    if (ad) rc = ad->stream_wait(dev_t->device, stream, deadline); /* slice k is up; k-1 is back */
+    size_t next = off + slice;
+    if (rc == RUCCL_OK && in_dev && next < count)
+      rc = ad->copy(in->device, stream, buf[(k + 1) % 2], (const char *)in->data + next * es,
+                    (count - next < slice ? count - next : slice) * es, RUCCL_COPY_TO_HOST);
+    if (rc != RUCCL_OK) break;
+    ruccl_args_t a = p->args;
+    a.count = n;
+    a.src = in ? (in_dev ? mine : (char *)in->data + off * es) : empty;
+    a.dst = out ? (out_dev ? mine : (char *)out->data + off * es) : NULL;
+    if (in && out && in_dev != out_dev) { /* one on the device, one on the host: work on a copy */
+      if (out_dev) memcpy(mine, a.src, n * es), a.src = a.dst = mine; /* the input stays as it was */
+      else memcpy(a.dst, a.src, n * es), a.src = a.dst;
+    }
+    rc = run_algorithm(c, local, net, r->kind, &a);
+    if (rc == RUCCL_OK && out_dev)
+      rc = ad->copy(out->device, stream, (char *)out->data + off * es, a.dst, n * es, RUCCL_COPY_FROM_HOST);
+  }
+  if (rc == RUCCL_OK && ad) rc = ad->stream_wait(dev_t->device, stream, deadline);
+  return rc;
+}
 /* ---- device paths ------------------------------------------------------------------ */
 
 static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_request_t *r, const coll_desc_t *d,
@@ -720,6 +780,11 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
     case RUCCL_PATH_NCCL: rc = nccl_path(c, &team, net, r, &desc, &verdict, &usable); break;
     default:
       if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = (unsigned)verdict.sender_pos;
+      if (verdict.sliced) {
+        ruccl_testing_path_taken(4);
+        rc = execute_sliced(c, &team, net, r, &prep);
+        break;
+      }
       rc = prep.staged ? RUCCL_OK : stage_call(c, r, &prep);
       if (rc == RUCCL_OK) rc = execute(c, &team, net, r, &prep);
       break;

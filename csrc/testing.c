@@ -47,8 +47,8 @@ static atomic_int pretend_mode;
 void ruccl_testing_pretend_devices(int mode) { atomic_store(&pretend_mode, mode); }
 int ruccl_testing_pretended_devices(void) { return atomic_load(&pretend_mode); }
 
-static atomic_uint_fast64_t paths_taken[4];
+static atomic_uint_fast64_t paths_taken[5];
 void ruccl_testing_path_taken(int path) {
-  if ((unsigned)path < 4) atomic_fetch_add(&paths_taken[path], 1);
+  if ((unsigned)path < 5) atomic_fetch_add(&paths_taken[path], 1);
 }
-uint64_t ruccl_testing_path_count(int path) { return (unsigned)path < 4 ? atomic_load(&paths_taken[path]) : 0; }
+uint64_t ruccl_testing_path_count(int path) { return (unsigned)path < 5 ? atomic_load(&paths_taken[path]) : 0; }

@@ -39,12 +39,15 @@ void ruccl_testing_blocking(int delta);
 /* Device paths without a device: while mode is non-zero, host tensors count as
    device tensors in the data-path decision.  1: every peer's on one shared device
    (the same-device path, where every peer is in one process); 2: each peer's on a
-   device of its own (the NCCL path, where NCCL is usable).  The data stays in host
+   device of its own (the NCCL path, where NCCL is usable); 3: each peer's on a
+   device of its own, without NCCL, and the CPU adapter says the host cannot reach
+   its memory (the host-staged path, copies and all).  The data stays in host
    memory and the CPU adapter does the device work, so a loaded NCCL must be one
    that works on host memory (the tests' fake). */
 void ruccl_testing_pretend_devices(int mode);
 int ruccl_testing_pretended_devices(void);
-/* How many collectives took each data path (ruccl_path_t), process-wide. */
+/* How many collectives took each data path (ruccl_path_t), process-wide; "path"
+   4 counts the host-staged ones that ran in slices. */
 void ruccl_testing_path_taken(int path);
 uint64_t ruccl_testing_path_count(int path);
 

@@ -157,9 +157,9 @@ TEST(NcclLoader, MapsNcclResultsToRucclCodes) {
 // ---- running collectives on a pretended device --------------------------------------
 
 struct PathCounts {
-  uint64_t at[4];
+  uint64_t at[5];
   PathCounts() {
-    for (int p = 0; p < 4; p++) at[p] = ruccl_testing_path_count(p);
+    for (int p = 0; p < 5; p++) at[p] = ruccl_testing_path_count(p);
   }
   uint64_t Since(int p) const { return ruccl_testing_path_count(p) - at[p]; }
 };
@@ -465,6 +465,68 @@ TEST_F(NcclPath, WithoutAUsableNcclTheDataGoesThroughHostMemory) {
   EXPECT_EQ(before.Since(RUCCL_PATH_HOST_STAGED), 6u);
   EXPECT_EQ(before.Since(RUCCL_PATH_NCCL), 0u);
   EXPECT_EQ(Now().ops, s0.ops);
+}
+
+}  // namespace
+
+namespace {
+using namespace rt;
+
+// ---- host-staged (the CPU adapter posing as a device the host cannot reach) ---------
+
+using StagedPath = Pretend;
+
+TEST_F(StagedPath, EveryKindDtypeAndOpThroughPinnedCopies) {
+  Use(3);
+  std::vector<uint32_t> ids = {4, 0, 7};
+  Problems problems(ids.size());
+  std::vector<int> counts(ids.size(), 0);
+  PathCounts before;
+  auto r = RunPeers(ids, MakeConfig(3), [&](ruccl_comm_t *c, size_t t) {
+    RunEveryKind(c, t, ids, problems, &counts[t]);
+  });
+  ASSERT_TRUE(AllOk(r));
+  EXPECT_TRUE(problems.None());
+  EXPECT_EQ(before.Since(RUCCL_PATH_HOST_STAGED), static_cast<uint64_t>(counts[0]) * ids.size());
+  EXPECT_GT(before.Since(4), 0u);
+}
+
+// Large enough for several 4 MiB slices and a short last one, on a ring of 3 and a
+// tree; float32 sum (in slices) and float16 mean (whole, in float32).
+TEST_F(StagedPath, LargeTensorsInSlicesMatchTheHostPath) {
+  Use(3);
+  std::vector<uint32_t> ids = {0, 1, 2};
+  const size_t count = (size_t{9} << 20) / 4 + 13;
+  PathCounts before;
+  for (Strat s : {Ring(), Tree(2)}) {
+    Problems problems(ids.size());
+    auto r = RunPeers(ids, MakeConfig(3, s), [&](ruccl_comm_t *c, size_t t) {
+      for (ruccl_dtype_t dt : {RUCCL_FLOAT32, RUCCL_INT64}) {
+        Bytes in = FillInput(dt, RUCCL_SUM, ids[t], count), out = Sentinel(dt, count);
+        ruccl_tensor_t ti = Vec(in, dt, count), to = Vec(out, dt, count);
+        if (ruccl_all_reduce(c, &ti, &to, RUCCL_SUM) != RUCCL_OK) problems.Note(t, ruccl_last_error());
+        std::string diff = CompareElems(dt, out, ExpectedReduce(dt, RUCCL_SUM, ids, count));
+        if (!diff.empty()) problems.Note(t, std::string(DtypeName(dt)) + " all_reduce: " + diff);
+        if (ruccl_all_reduce(c, &ti, &ti, RUCCL_MAX) != RUCCL_OK) problems.Note(t, ruccl_last_error());
+        diff = CompareElems(dt, in, ExpectedReduce(dt, RUCCL_MAX, ids, count));
+        if (!diff.empty()) problems.Note(t, std::string(DtypeName(dt)) + " in-place all_reduce: " + diff);
+        Bytes b = RandomPayload(dt, count, t == 1 ? 5 : 6);
+        ruccl_tensor_t tb = Vec(b, dt, count);
+        if (ruccl_broadcast_from(c, &tb, 1) != RUCCL_OK || b != RandomPayload(dt, count, 5))
+          problems.Note(t, std::string(DtypeName(dt)) + " broadcast");
+      }
+      Bytes h = FillInput(RUCCL_FLOAT16, RUCCL_MEAN, ids[t], count), hout = Sentinel(RUCCL_FLOAT16, count);
+      ruccl_tensor_t th = Vec(h, RUCCL_FLOAT16, count), tho = Vec(hout, RUCCL_FLOAT16, count);
+      if (ruccl_all_reduce(c, &th, &tho, RUCCL_MEAN) != RUCCL_OK) problems.Note(t, ruccl_last_error());
+      std::string diff = CompareElems(RUCCL_FLOAT16, hout, ExpectedReduce(RUCCL_FLOAT16, RUCCL_MEAN, ids, count));
+      if (!diff.empty()) problems.Note(t, "float16 mean: " + diff);
+    });
+    ASSERT_TRUE(AllOk(r)) << s;
+    EXPECT_TRUE(problems.None()) << s;
+  }
+  // 2 strategies x 3 peers x (2 dtypes x (sum, max, broadcast) in slices + float16 mean whole)
+  EXPECT_EQ(before.Since(4), 2u * 3 * 6);
+  EXPECT_EQ(before.Since(RUCCL_PATH_HOST_STAGED), 2u * 3 * 7);
 }
 
 }  // namespace

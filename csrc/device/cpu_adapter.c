@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "testing.h"
 
 static ruccl_result_t cpu_check(ruccl_device_t dev) {
   (void)dev;
@@ -69,9 +70,25 @@ const ruccl_device_adapter_t ruccl_cpu_adapter = {
     .reduce = cpu_reduce,
 };
 
+/* The CPU adapter as if the host could not reach its memory: the tests of the
+   host-staged path (ruccl_testing_pretend_devices(3)). */
+static const ruccl_device_adapter_t cpu_staged_adapter = {
+    .name = "cpu (staged, for tests)",
+    .host_accessible = 0,
+    .check = cpu_check,
+    .uuid = cpu_uuid,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .stream_wait = cpu_stream_wait,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .copy = cpu_copy,
+    .reduce = cpu_reduce,
+};
+
 const ruccl_device_adapter_t *ruccl_device_adapter(ruccl_device_kind_t kind) {
   switch (kind) {
-    case RUCCL_DEVICE_CPU: return &ruccl_cpu_adapter;
+    case RUCCL_DEVICE_CPU: return ruccl_testing_pretended_devices() == 3 ? &cpu_staged_adapter : &ruccl_cpu_adapter;
 #ifdef RUCCL_HAVE_CUDA
     case RUCCL_DEVICE_CUDA: return &ruccl_cuda_adapter;
 #endif
