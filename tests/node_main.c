@@ -10,6 +10,8 @@
  *   many      10 000 consecutive mixed small collectives
  *   mismatch  peer 0 passes another shape: everyone must see SHAPE_MISMATCH, then
  *             the next all-reduce must work
+ *   staged    all-reduce, broadcast and reduce of 9 MB (the host-staged path's
+ *             slices), checked exactly
  *   big       all-reduces of 32 MB until one fails; exits 3 if that failure was
  *             PEER_LOST (a killed node), else 1
  *   finish    peer 0 finishes at once; everyone else's next all-reduce must fail
@@ -327,6 +329,47 @@ static void scenario_bits(peer_t *p, ruccl_comm_t *comm) {
       }
 }
 
+/* Tensors of a few 4 MiB slices and a short last one (the host-staged path runs
+   them in slices): all-reduce out of place and in place, broadcast, reduce; values
+   are small integers, so every result is exact. */
+static void scenario_staged(peer_t *p, ruccl_comm_t *comm) {
+  size_t n = (9u << 20) / 4 + 13;
+  float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+  CHECK(p, in && out, "no memory");
+  size_t i;
+  float total = 0;
+  for (uint32_t q = 0; q < p->total; q++) total += (float)(q + 1);
+  for (i = 0; i < n; i++) in[i] = (float)(p->id + 1) + (float)(i % 7);
+  ruccl_tensor_t tin = vec(in, n), tout = vec(out, n);
+  ruccl_result_t rc = ruccl_all_reduce(comm, &tin, &tout, RUCCL_SUM);
+  CHECK(p, rc == RUCCL_OK, "staged all_reduce: %s", ruccl_error_string(rc));
+  for (i = 0; i < n && (out[i] == total + (float)(p->total * (i % 7))); i++)
+    continue;
+  CHECK(p, i == n, "staged all_reduce: element %zu is %g", i, out[i]);
+  for (i = 0; i < n && (in[i] == (float)(p->id + 1) + (float)(i % 7)); i++)
+    continue;
+  CHECK(p, i == n, "staged all_reduce changed input element %zu", i);
+  rc = ruccl_all_reduce(comm, &tin, &tin, RUCCL_MAX);
+  CHECK(p, rc == RUCCL_OK, "staged in-place all_reduce: %s", ruccl_error_string(rc));
+  for (i = 0; i < n && (in[i] == (float)p->total + (float)(i % 7)); i++)
+    continue;
+  CHECK(p, i == n, "staged in-place max: element %zu is %g", i, in[i]);
+  for (i = 0; i < n; i++) out[i] = p->id == 1 ? (float)i : -1.0f;
+  rc = ruccl_broadcast_from(comm, &tout, 1);
+  CHECK(p, rc == RUCCL_OK, "staged broadcast: %s", ruccl_error_string(rc));
+  for (i = 0; i < n && (out[i] == (float)i); i++)
+    continue;
+  CHECK(p, i == n, "staged broadcast: element %zu is %g", i, out[i]);
+  for (i = 0; i < n; i++) in[i] = 1.0f, out[i] = -1.0f;
+  rc = ruccl_reduce(comm, &tin, p->id == 0 ? &tout : NULL, RUCCL_SUM, 0);
+  CHECK(p, rc == RUCCL_OK, "staged reduce: %s", ruccl_error_string(rc));
+  for (i = 0; i < n && (out[i] == (p->id == 0 ? (float)p->total : -1.0f)); i++)
+    continue;
+  CHECK(p, i == n, "staged reduce: element %zu is %g", i, out[i]);
+  free(in);
+  free(out);
+}
+
 enum { LAG_MS = 1000 };
 
 static void scenario_lagfinish(peer_t *p, ruccl_comm_t *comm, size_t count) {
@@ -397,6 +440,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
   else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);
+  else if (!strcmp(p->scenario, "staged")) scenario_staged(p, comm);
   else if (!strcmp(p->scenario, "lagfinish-big")) scenario_lagfinish(p, comm, 4u << 20);
   else p->status = 2;
   ruccl_finish(comm);
@@ -457,6 +501,8 @@ static ruccl_result_t dir_add(void *ctx, const char *key, int64_t delta, int64_t
 }
 
 int main(int argc, char **argv) {
+  /* the tests of the host-staged path between processes (testing.h) */
+  if (getenv("RUCCL_TEST_PRETEND_DEVICES")) ruccl_testing_pretend_devices(atoi(getenv("RUCCL_TEST_PRETEND_DEVICES")));
   if (argc < 6) {
     fprintf(stderr, "usage: %s ORCH NUM_NODES GROUP IDS SCENARIO [auto|centralized|tree|ring]\n", argv[0]);
     return 2;

@@ -289,6 +289,39 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, BitIdentical,
                                   std::get<2>(info.param);
                          });
 
+// The host-staged path between processes (as several processes on one GPU take it):
+// each node's memory poses as a device the host cannot reach, so every collective
+// copies through pinned buffers, the large ones in slices; every peer checks its
+// results, and each node says at RUCCL_DEBUG=INFO which path it took and why.
+class StagedAcrossProcesses : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
+
+TEST_P(StagedAcrossProcesses, EveryCollectiveIsRight) {
+  auto [scenario, transport, layout] = GetParam();
+  std::vector<std::string> nodes = layout == "2x2" ? std::vector<std::string>{"0,3", "1,2"}
+                                                   : std::vector<std::string>{"2", "0", "1"};
+  setenv("RUCCL_TEST_PRETEND_DEVICES", "3", 1);
+  setenv("RUCCL_DEBUG", "INFO", 1);
+  Orchestrator orch;
+  LoggedNodes session(orch, "staged" + scenario + transport + layout, nodes, scenario, "auto", transport);
+  unsetenv("RUCCL_TEST_PRETEND_DEVICES");
+  unsetenv("RUCCL_DEBUG");
+  auto codes = wait_all(session.pids);
+  std::string all;
+  for (size_t k = 0; k < nodes.size(); k++) all += session.log(k);
+  EXPECT_EQ(std::vector<int>(nodes.size(), 0), codes) << all.substr(0, 3000);
+  EXPECT_NE(all.find("takes the host-staged path: participant 0 has no usable NCCL"), std::string::npos)
+      << all.substr(0, 3000);
+  EXPECT_EQ(all.find("takes the host path"), std::string::npos) << all.substr(0, 3000);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, StagedAcrossProcesses,
+                         ::testing::Combine(::testing::Values("all", "staged"), ::testing::Values("shm", "tcp"),
+                                            ::testing::Values("3x1", "2x2")),
+                         [](const auto &info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                                  std::get<2>(info.param);
+                         });
+
 // The finish race: every peer finishes as soon as its part of the last collective
 // is done, while one peer (the first of the last node) sleeps in the last receiving
 // step of that collective, and again in a point-to-point receive from peer 0 (a test
