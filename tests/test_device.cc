@@ -19,6 +19,9 @@
 extern "C" {
 #include "dtype.h"
 }
+#ifdef RUCCL_HAVE_CUDA
+#include "device/cuda_kernels.h"
+#endif
 
 extern char **environ;
 
@@ -120,6 +123,35 @@ TEST(DeviceReference, HandPickedValues) {
   EXPECT_EQ(0x7bff, ReduceOne<uint16_t>(RUCCL_FLOAT16, RUCCL_SUM, 2, {0x7bff, 0x7bff})); /* mean in float32 */
   EXPECT_EQ(FloatToBf16(3.0f), ReduceOne<uint16_t>(RUCCL_BFLOAT16, RUCCL_SUM, 0, {0x3f80, 0x4000}));
 }
+
+#ifdef RUCCL_HAVE_CUDA
+/* The CUDA kernel's element code and dtype dispatch, compiled by nvcc and run on the
+   host: what a machine without a GPU can check of the kernel (test_cuda.cc runs it
+   on a GPU). */
+TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
+  const size_t count = 61;
+  std::vector<ReduceCase> cases = AllReduceCases();
+  int failures = 0;
+  for (size_t c = 0; c < cases.size() && failures < 10; c++) {
+    const ReduceCase &k = cases[c];
+    std::vector<Bytes> srcs = CaseSources(k, count, c), want = ReferenceResult(k, srcs, count);
+    std::vector<Bytes> dsts(k.ndst, Sentinel(k.dt, count));
+    std::vector<void *> sp, dp;
+    for (auto &b : srcs) sp.push_back(b.data());
+    for (auto &b : dsts) dp.push_back(b.data());
+    ruccl_device_reduce_t r = Describe(k, count, sp.data(), dp.data());
+    ruccl_cuda_reduce_on_host(&r);
+    for (unsigned d = 0; d < k.ndst; d++) {
+      const Bytes &got = AliasOf(k, d) >= 0 ? srcs[AliasOf(k, d)] : dsts[d];
+      std::string diff = ReductionDiff(k.dt, got, want[d], ArithmeticNaNs(k));
+      if (!diff.empty()) {
+        ADD_FAILURE() << CaseName(k) << ", destination " << d << ": " << diff;
+        failures++;
+      }
+    }
+  }
+}
+#endif
 
 /* ====================================================== the adapter table */
 

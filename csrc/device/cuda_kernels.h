@@ -14,6 +14,10 @@ extern "C" {
    a launch error is RUCCL_ERR_DEVICE with CUDA's reason as the last error. */
 ruccl_result_t ruccl_cuda_reduce_launch(const ruccl_device_reduce_t *r, void *stream);
 
+/* The kernel's element code and dtype dispatch run on the host, over host buffers:
+   for the tests, where no GPU is. */
+void ruccl_cuda_reduce_on_host(const ruccl_device_reduce_t *r);
+
 #ifdef __cplusplus
 }
 #endif
