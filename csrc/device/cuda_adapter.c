@@ -31,18 +31,19 @@ static ruccl_result_t use(ruccl_device_t dev) {
   return err == cudaSuccess ? RUCCL_OK : cuda_failed(dev, "cudaSetDevice", err);
 }
 
+/* Whether this process can use dev: a driver, the device, and a context on it
+   (cudaSetDevice makes the primary context). */
 static ruccl_result_t cuda_check(ruccl_device_t dev) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d is not usable: %s (%s)", dev.index, cudaGetErrorString(err),
-                      cudaGetErrorName(err));
-  }
-  if (dev.index < 0 || dev.index >= n)
+  if (err == cudaSuccess && (dev.index < 0 || dev.index >= n))
     return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d is not usable: this process sees %d CUDA device%s", dev.index, n,
                       n == 1 ? "" : "s");
-  return use(dev);
+  if (err == cudaSuccess) err = cudaSetDevice(dev.index);
+  if (err == cudaSuccess) return RUCCL_OK;
+  cudaGetLastError();
+  return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d is not usable: %s (%s)", dev.index, cudaGetErrorString(err),
+                    cudaGetErrorName(err));
 }
 
 static ruccl_result_t cuda_uuid(ruccl_device_t dev, ruccl_device_uuid_t *out) {
