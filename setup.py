@@ -28,7 +28,9 @@ class BuildWithCore(BuildExtension):
         if not os.path.exists(os.path.join(CORE_BUILD, "build.ninja")):
             subprocess.check_call(
                 ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                 "-DRUCCL_TESTS=OFF", "-DRUCCL_EXAMPLES=OFF", "-DRUCCL_ORCHESTRATOR=ON"])
+                 "-DRUCCL_TESTS=OFF", "-DRUCCL_EXAMPLES=OFF", "-DRUCCL_ORCHESTRATOR=ON",
+                 # the shim moves CUDA tensors through host copies itself and links no CUDA runtime
+                 "-DRUCCL_CUDA=OFF"])
         subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "ruccl_static"])
         super().run()
 

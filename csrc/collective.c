@@ -115,9 +115,8 @@ ruccl_result_t ruccl_check_tensor(const ruccl_tensor_t *t, const char *what, cha
     return snprintf(detail, DETAIL_MAX, "%s is on device kind %d, which this build does not support", what,
                     (int)t->device.kind),
            RUCCL_ERR_UNSUPPORTED;
-  if (ad->check(t->device) != RUCCL_OK)
-    return snprintf(detail, DETAIL_MAX, "%s is on %s:%d, which is not usable", what, ad->name, t->device.index),
-           RUCCL_ERR_DEVICE;
+  if (ad->check(t->device) != RUCCL_OK) /* the adapter's last error says why ("cuda:0 is not usable: ...") */
+    return snprintf(detail, DETAIL_MAX, "%s tensor: %s", what, ruccl_last_error_detail()), RUCCL_ERR_DEVICE;
   return RUCCL_OK;
 }
 

@@ -42,6 +42,15 @@ const char *ruccl_error_string(ruccl_result_t code) {
 
 const char *ruccl_last_error(void) { return last_error; }
 
+const char *ruccl_last_error_detail(void) {
+  for (int code = 0; code < RUCCL_NUM_RESULTS; code++) {
+    size_t n = strlen(result_names[code]);
+    if (strncmp(last_error, result_names[code], n) == 0 && strncmp(last_error + n, ": ", 2) == 0)
+      return last_error + n + 2;
+  }
+  return last_error;
+}
+
 void ruccl_set_last_error(const char *msg) { snprintf(last_error, sizeof last_error, "%s", msg); }
 
 ruccl_result_t ruccl_fail(ruccl_result_t code, const char *fmt, ...) {

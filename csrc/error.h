@@ -14,6 +14,10 @@
    failure path reads `return ruccl_fail(RUCCL_ERR_X, "...", ...);`. */
 ruccl_result_t ruccl_fail(ruccl_result_t code, const char *fmt, ...) RUCCL_PRINTF(2, 3);
 
+/* This thread's last error without its "NAME: " prefix: the reason a caller quotes
+   in a message of its own. */
+const char *ruccl_last_error_detail(void);
+
 /* Sets this thread's last error to an already formatted message (no prefix added). */
 void ruccl_set_last_error(const char *msg);
 

@@ -204,8 +204,8 @@ static ruccl_result_t check_device(ruccl_device_t device) {
   if (!ad)
     return ruccl_fail(RUCCL_ERR_UNSUPPORTED, "device kind %d is not supported by this build%s", (int)device.kind,
                       device.kind == RUCCL_DEVICE_CUDA ? " (configure with -DRUCCL_CUDA=ON)" : "");
-  if (ad->check(device) != RUCCL_OK)
-    return ruccl_fail(RUCCL_ERR_DEVICE, "device %s:%d is not usable", ad->name, device.index);
+  if (ad->check(device) != RUCCL_OK) /* the adapter's last error says why */
+    return ruccl_fail(RUCCL_ERR_DEVICE, "device %s", ruccl_last_error_detail());
   return RUCCL_OK;
 }
 

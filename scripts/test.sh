@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh — every test from a fresh clone: the GoogleTest suite and the example,
-# in a release build, under AddressSanitizer + UndefinedBehaviorSanitizer, and
-# under ThreadSanitizer; then the PyTorch backend: its pytest suite (real
-# processes, torchrun) and PyTorch's own distributed test suite against it.
+# in a release build (with the CUDA adapter where nvcc is installed), under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer (both
+# CPU-only); then the PyTorch backend: its pytest suite (real processes,
+# torchrun) and PyTorch's own distributed test suite against it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh"
@@ -16,11 +17,13 @@ run_suite() { # name build-dir cmake-args...
   (cd "$dir" && ctest --output-on-failure -j "$jobs")
 }
 
-run_suite release "$root/build" -DCMAKE_BUILD_TYPE=Release
+# The release build has the CUDA adapter where nvcc is installed (its GPU tests skip
+# without a GPU); the sanitizer builds are CPU-only, so both kinds of build are tested.
+run_suite release "$root/build" -DCMAKE_BUILD_TYPE=Release -DRUCCL_CUDA=AUTO
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite asan+ubsan "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_ASAN=ON
+  run_suite asan+ubsan "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_ASAN=ON -DRUCCL_CUDA=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  run_suite tsan "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_TSAN=ON
+  run_suite tsan "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_TSAN=ON -DRUCCL_CUDA=OFF
 
 echo "=== torch backend ==="
 "$root/scripts/setup_python.sh"

@@ -1,0 +1,149 @@
+/* cuda_adapter.c — the CUDA adapter: the device interface (device.h) on the CUDA
+ * runtime.  Streams are non-blocking cudaStream_t's, staging memory is portable
+ * pinned memory, copies are cudaMemcpyAsync, the reduction is one kernel
+ * (cuda_kernels.cu).  Every function first makes dev the calling thread's current
+ * device; every CUDA failure is RUCCL_ERR_DEVICE with CUDA's reason as the last
+ * error, never a crash. */
+#include "device.h"
+
+#include <cuda_runtime_api.h>
+#include <string.h>
+#include <time.h>
+
+#include "device/cuda_kernels.h"
+#include "error.h"
+#include "transport.h" /* ruccl_now_ns, RUCCL_SPIN_NS */
+
+/* Polls of a stream that is still busy sleep this long at first, doubling up to the
+   maximum: a short kernel or copy is seen soon, a long one costs little CPU. */
+#define WAIT_SLEEP_MIN_NS 2000
+#define WAIT_SLEEP_MAX_NS 200000
+
+static ruccl_result_t cuda_failed(ruccl_device_t dev, const char *what, cudaError_t err) {
+  cudaGetLastError(); /* clears a non-sticky error so that it does not reappear in a later call */
+  return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d: %s: %s (%s)", dev.index, what, cudaGetErrorString(err),
+                    cudaGetErrorName(err));
+}
+
+/* Makes dev the current device of the calling thread. */
+static ruccl_result_t use(ruccl_device_t dev) {
+  cudaError_t err = cudaSetDevice(dev.index);
+  return err == cudaSuccess ? RUCCL_OK : cuda_failed(dev, "cudaSetDevice", err);
+}
+
+/* Whether this process can use dev: a driver, the device, and a context on it
+   (cudaSetDevice makes the primary context). */
+static ruccl_result_t cuda_check(ruccl_device_t dev) {
+  int n = 0;
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err == cudaSuccess && (dev.index < 0 || dev.index >= n))
+    return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d is not usable: this process sees %d CUDA device%s", dev.index, n,
+                      n == 1 ? "" : "s");
+  if (err == cudaSuccess) err = cudaSetDevice(dev.index);
+  if (err == cudaSuccess) return RUCCL_OK;
+  cudaGetLastError();
+  return ruccl_fail(RUCCL_ERR_DEVICE, "cuda:%d is not usable: %s (%s)", dev.index, cudaGetErrorString(err),
+                    cudaGetErrorName(err));
+}
+
+static ruccl_result_t cuda_uuid(ruccl_device_t dev, ruccl_device_uuid_t *out) {
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  struct cudaDeviceProp prop;
+  cudaError_t err = cudaGetDeviceProperties(&prop, dev.index);
+  if (err != cudaSuccess) return cuda_failed(dev, "cudaGetDeviceProperties", err);
+  memcpy(out->bytes, prop.uuid.bytes, sizeof out->bytes);
+  return RUCCL_OK;
+}
+
+static ruccl_result_t cuda_stream_create(ruccl_device_t dev, void **stream) {
+  *stream = NULL;
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  cudaStream_t s;
+  cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return cuda_failed(dev, "cudaStreamCreateWithFlags", err);
+  *stream = s;
+  return RUCCL_OK;
+}
+
+static void cuda_stream_destroy(ruccl_device_t dev, void *stream) {
+  if (!stream || use(dev) != RUCCL_OK) return;
+  if (cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
+}
+
+static void sleep_ns(int64_t ns) {
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+  nanosleep(&ts, NULL);
+}
+
+static ruccl_result_t cuda_stream_wait(ruccl_device_t dev, void *stream, int64_t deadline_ns) {
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  int64_t spin_until = ruccl_now_ns() + RUCCL_SPIN_NS, nap = WAIT_SLEEP_MIN_NS;
+  for (;;) {
+    cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
+    if (err == cudaSuccess) return RUCCL_OK;
+    if (err != cudaErrorNotReady) return cuda_failed(dev, "stream", err);
+    int64_t now = ruccl_now_ns();
+    if (deadline_ns && now >= deadline_ns)
+      return ruccl_fail(RUCCL_ERR_TIMEOUT, "cuda:%d: the stream's work did not finish in time", dev.index);
+    if (now < spin_until) continue;
+    if (deadline_ns && nap > deadline_ns - now) nap = deadline_ns - now;
+    sleep_ns(nap);
+    if (nap < WAIT_SLEEP_MAX_NS) nap *= 2;
+  }
+}
+
+static ruccl_result_t cuda_host_alloc(ruccl_device_t dev, size_t bytes, void **out) {
+  *out = NULL;
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  cudaError_t err = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    *out = NULL;
+    return cuda_failed(dev, "cudaHostAlloc", err);
+  }
+  return RUCCL_OK;
+}
+
+static void cuda_host_free(ruccl_device_t dev, void *p) {
+  if (!p) return;
+  use(dev);
+  if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+
+static ruccl_result_t cuda_copy(ruccl_device_t dev, void *stream, void *dst, const void *src, size_t bytes,
+                                ruccl_copy_kind_t kind) {
+  if (!bytes) return RUCCL_OK;
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  enum cudaMemcpyKind k = kind == RUCCL_COPY_TO_HOST     ? cudaMemcpyDeviceToHost
+                          : kind == RUCCL_COPY_FROM_HOST ? cudaMemcpyHostToDevice
+                                                         : cudaMemcpyDeviceToDevice;
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, k, (cudaStream_t)stream);
+  return err == cudaSuccess ? RUCCL_OK : cuda_failed(dev, "cudaMemcpyAsync", err);
+}
+
+static ruccl_result_t cuda_reduce(ruccl_device_t dev, void *stream, const ruccl_device_reduce_t *r) {
+  if (r->nsrc < 1 || r->nsrc > RUCCL_DEVICE_REDUCE_MAX || r->ndst < 1 || r->ndst > RUCCL_DEVICE_REDUCE_MAX)
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "device reduction over %u sources into %u destinations (1..%d each)",
+                      r->nsrc, r->ndst, RUCCL_DEVICE_REDUCE_MAX);
+  ruccl_result_t rc = use(dev);
+  if (rc != RUCCL_OK) return rc;
+  return ruccl_cuda_reduce_launch(r, stream);
+}
+
+const ruccl_device_adapter_t ruccl_cuda_adapter = {
+    .name = "cuda",
+    .host_accessible = 0,
+    .check = cuda_check,
+    .uuid = cuda_uuid,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_wait = cuda_stream_wait,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .copy = cuda_copy,
+    .reduce = cuda_reduce,
+};
