@@ -364,8 +364,9 @@ TwoCalls RunTwo(int64_t timeout_ms, const std::function<size_t(size_t)> &count_o
     Bytes o2 = Sentinel(RUCCL_FLOAT32, 16), in2 = FillInput(RUCCL_FLOAT32, RUCCL_SUM, ids[t], 16);
     ruccl_tensor_t t2 = Vec(in2, RUCCL_FLOAT32, 16), to2 = Vec(o2, RUCCL_FLOAT32, 16);
     out.second[t] = ruccl_all_reduce(c, &t2, &to2, RUCCL_SUM);
-    if (out.second[t] == RUCCL_OK)
+    if (out.second[t] == RUCCL_OK) {
       EXPECT_EQ(CompareElems(RUCCL_FLOAT32, o2, ExpectedReduce(RUCCL_FLOAT32, RUCCL_SUM, ids, 16)), "");
+    }
   });
   for (size_t t = 0; t < 3; t++) EXPECT_EQ(r.reg[t], RUCCL_OK);
   return out;
