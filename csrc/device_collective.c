@@ -157,8 +157,9 @@ ruccl_result_t ruccl_nccl_connect(ruccl_comm_t *c, const ruccl_nccl_unique_id_t 
                                   int64_t deadline_ns) {
   const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
   if (!nc) return ruccl_fail(RUCCL_ERR_DEVICE, "peer %u: NCCL went away: %s", c->peer_id, ruccl_nccl_unavailable_reason());
-  void *stream;
-  ruccl_result_t rc = ruccl_comm_stream(c, dev, &stream); /* also makes dev the current device */
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(dev.kind);
+  int saved;
+  ruccl_result_t rc = ad->enter(dev, &saved); /* NCCL takes the current device */
   if (rc != RUCCL_OK) return rc;
   ruccl_nccl_config_t config = {.size = sizeof config,
                                 .magic = RUCCL_NCCL_API_MAGIC,
@@ -174,11 +175,13 @@ ruccl_result_t ruccl_nccl_connect(ruccl_comm_t *c, const ruccl_nccl_unique_id_t 
       nc->comm_init_rank_config(&comm, (int)c->group->n_total, *id, (int)c->global_index, &config);
   c->nccl_comm = comm;
   if (r != RUCCL_NCCL_SUCCESS && r != RUCCL_NCCL_IN_PROGRESS) {
+    ad->leave(saved);
     rc = nccl_fail(nc, c, "communicator set-up", r);
     ruccl_nccl_abort(c);
     return rc;
   }
   rc = settle(nc, c, "communicator set-up", deadline_ns);
+  ad->leave(saved);
   if (rc != RUCCL_OK) ruccl_nccl_abort(c);
   else ruccl_log(2, "peer %u: NCCL communicator ready (rank %u of %u)", c->peer_id, c->global_index, c->group->n_total);
   return rc;
@@ -194,6 +197,10 @@ ruccl_result_t ruccl_nccl_launch(ruccl_comm_t *c, const ruccl_device_call_t *cal
   ruccl_nccl_data_type_t dt = nccl_type(call->dtype);
   ruccl_nccl_red_op_t op = nccl_op(call->op);
   ruccl_nccl_result_t r = RUCCL_NCCL_SUCCESS;
+  const ruccl_device_adapter_t *ad = ruccl_device_adapter(call->device.kind);
+  int saved;
+  rc = ad->enter(call->device, &saved);
+  if (rc != RUCCL_OK) return rc;
   switch (call->kind) {
     case RUCCL_COLL_ALL_REDUCE: r = nc->all_reduce(in, out, call->count, dt, op, comm, stream); break;
     case RUCCL_COLL_REDUCE: r = nc->reduce(in, out, call->count, dt, op, (int)call->root, comm, stream); break;
@@ -202,6 +209,7 @@ ruccl_result_t ruccl_nccl_launch(ruccl_comm_t *c, const ruccl_device_call_t *cal
     case RUCCL_COLL_REDUCE_SCATTER: r = nc->reduce_scatter(in, out, call->count, dt, op, comm, stream); break;
     default: break;
   }
+  ad->leave(saved);
   if (r != RUCCL_NCCL_SUCCESS && r != RUCCL_NCCL_IN_PROGRESS)
     return nccl_fail(nc, c, ruccl_coll_kind_name(call->kind), r);
   return RUCCL_OK;

@@ -56,6 +56,14 @@ static ruccl_result_t cpu_reduce(ruccl_device_t dev, void *stream, const ruccl_d
   return RUCCL_OK;
 }
 
+static ruccl_result_t cpu_enter(ruccl_device_t dev, int *saved) {
+  (void)dev;
+  *saved = 0;
+  return RUCCL_OK;
+}
+
+static void cpu_leave(int saved) { (void)saved; }
+
 const ruccl_device_adapter_t ruccl_cpu_adapter = {
     .name = "cpu",
     .host_accessible = 1,
@@ -68,6 +76,8 @@ const ruccl_device_adapter_t ruccl_cpu_adapter = {
     .host_free = cpu_host_free,
     .copy = cpu_copy,
     .reduce = cpu_reduce,
+    .enter = cpu_enter,
+    .leave = cpu_leave,
 };
 
 /* The CPU adapter as if the host could not reach its memory: the tests of the
@@ -84,6 +94,8 @@ static const ruccl_device_adapter_t cpu_staged_adapter = {
     .host_free = cpu_host_free,
     .copy = cpu_copy,
     .reduce = cpu_reduce,
+    .enter = cpu_enter,
+    .leave = cpu_leave,
 };
 
 const ruccl_device_adapter_t *ruccl_device_adapter(ruccl_device_kind_t kind) {

@@ -1,12 +1,13 @@
 /* cuda_adapter.c — the CUDA adapter: the device interface (device.h) on the CUDA
  * runtime.  Streams are non-blocking cudaStream_t's, staging memory is portable
  * pinned memory, copies are cudaMemcpyAsync, the reduction is one kernel
- * (cuda_kernels.cu).  Every function first makes dev the calling thread's current
- * device; every CUDA failure is RUCCL_ERR_DEVICE with CUDA's reason as the last
- * error, never a crash. */
+ * (cuda_kernels.cu).  Every function makes dev the calling thread's current device
+ * for its work and restores the caller's on return; every CUDA failure is
+ * RUCCL_ERR_DEVICE with CUDA's reason as the last error, never a crash. */
 #include "device.h"
 
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,7 +34,7 @@ static ruccl_result_t use(ruccl_device_t dev) {
 
 /* Whether this process can use dev: a driver, the device, and a context on it
    (cudaSetDevice makes the primary context). */
-static ruccl_result_t cuda_check(ruccl_device_t dev) {
+static ruccl_result_t cuda_check_on(ruccl_device_t dev) {
   int n = 0;
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err == cudaSuccess && (dev.index < 0 || dev.index >= n))
@@ -46,17 +47,34 @@ static ruccl_result_t cuda_check(ruccl_device_t dev) {
                     cudaGetErrorName(err));
 }
 
-static ruccl_result_t cuda_uuid(ruccl_device_t dev, ruccl_device_uuid_t *out) {
+/* A device's UUID, asked of CUDA once per device (every collective on a device
+   tensor states it in its descriptor). */
+#define UUID_CACHE 64
+static struct {
+  _Atomic int known;
+  ruccl_device_uuid_t uuid;
+} uuid_cache[UUID_CACHE];
+
+static ruccl_result_t cuda_uuid_on(ruccl_device_t dev, ruccl_device_uuid_t *out) {
+  int cached = dev.index >= 0 && dev.index < UUID_CACHE;
+  if (cached && atomic_load(&uuid_cache[dev.index].known)) {
+    *out = uuid_cache[dev.index].uuid;
+    return RUCCL_OK;
+  }
   ruccl_result_t rc = use(dev);
   if (rc != RUCCL_OK) return rc;
   struct cudaDeviceProp prop;
   cudaError_t err = cudaGetDeviceProperties(&prop, dev.index);
   if (err != cudaSuccess) return cuda_failed(dev, "cudaGetDeviceProperties", err);
   memcpy(out->bytes, prop.uuid.bytes, sizeof out->bytes);
+  if (cached) { /* every thread that races here writes the same bytes */
+    uuid_cache[dev.index].uuid = *out;
+    atomic_store(&uuid_cache[dev.index].known, 1);
+  }
   return RUCCL_OK;
 }
 
-static ruccl_result_t cuda_stream_create(ruccl_device_t dev, void **stream) {
+static ruccl_result_t cuda_stream_create_on(ruccl_device_t dev, void **stream) {
   *stream = NULL;
   ruccl_result_t rc = use(dev);
   if (rc != RUCCL_OK) return rc;
@@ -67,7 +85,7 @@ static ruccl_result_t cuda_stream_create(ruccl_device_t dev, void **stream) {
   return RUCCL_OK;
 }
 
-static void cuda_stream_destroy(ruccl_device_t dev, void *stream) {
+static void cuda_stream_destroy_on(ruccl_device_t dev, void *stream) {
   if (!stream || use(dev) != RUCCL_OK) return;
   if (cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
 }
@@ -77,7 +95,7 @@ static void sleep_ns(int64_t ns) {
   nanosleep(&ts, NULL);
 }
 
-static ruccl_result_t cuda_stream_wait(ruccl_device_t dev, void *stream, int64_t deadline_ns) {
+static ruccl_result_t cuda_stream_wait_on(ruccl_device_t dev, void *stream, int64_t deadline_ns) {
   ruccl_result_t rc = use(dev);
   if (rc != RUCCL_OK) return rc;
   int64_t spin_until = ruccl_now_ns() + RUCCL_SPIN_NS, nap = WAIT_SLEEP_MIN_NS;
@@ -95,7 +113,7 @@ static ruccl_result_t cuda_stream_wait(ruccl_device_t dev, void *stream, int64_t
   }
 }
 
-static ruccl_result_t cuda_host_alloc(ruccl_device_t dev, size_t bytes, void **out) {
+static ruccl_result_t cuda_host_alloc_on(ruccl_device_t dev, size_t bytes, void **out) {
   *out = NULL;
   ruccl_result_t rc = use(dev);
   if (rc != RUCCL_OK) return rc;
@@ -107,13 +125,13 @@ static ruccl_result_t cuda_host_alloc(ruccl_device_t dev, size_t bytes, void **o
   return RUCCL_OK;
 }
 
-static void cuda_host_free(ruccl_device_t dev, void *p) {
+static void cuda_host_free_on(ruccl_device_t dev, void *p) {
   if (!p) return;
   use(dev);
   if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
-static ruccl_result_t cuda_copy(ruccl_device_t dev, void *stream, void *dst, const void *src, size_t bytes,
+static ruccl_result_t cuda_copy_on(ruccl_device_t dev, void *stream, void *dst, const void *src, size_t bytes,
                                 ruccl_copy_kind_t kind) {
   if (!bytes) return RUCCL_OK;
   ruccl_result_t rc = use(dev);
@@ -125,7 +143,7 @@ static ruccl_result_t cuda_copy(ruccl_device_t dev, void *stream, void *dst, con
   return err == cudaSuccess ? RUCCL_OK : cuda_failed(dev, "cudaMemcpyAsync", err);
 }
 
-static ruccl_result_t cuda_reduce(ruccl_device_t dev, void *stream, const ruccl_device_reduce_t *r) {
+static ruccl_result_t cuda_reduce_on(ruccl_device_t dev, void *stream, const ruccl_device_reduce_t *r) {
   if (r->nsrc < 1 || r->nsrc > RUCCL_DEVICE_REDUCE_MAX || r->ndst < 1 || r->ndst > RUCCL_DEVICE_REDUCE_MAX)
     return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "device reduction over %u sources into %u destinations (1..%d each)",
                       r->nsrc, r->ndst, RUCCL_DEVICE_REDUCE_MAX);
@@ -133,6 +151,63 @@ static ruccl_result_t cuda_reduce(ruccl_device_t dev, void *stream, const ruccl_
   if (rc != RUCCL_OK) return rc;
   return ruccl_cuda_reduce_launch(r, stream);
 }
+
+/* Every entry point leaves the calling thread's current device as it found it (as
+   NCCL does): a caller's cudaSetDevice is not the library's to change. */
+static int saved_device(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    d = -1;
+  }
+  return d;
+}
+
+static void restore_device(int d) {
+  if (d >= 0 && cudaSetDevice(d) != cudaSuccess) cudaGetLastError();
+}
+
+#define GUARDED(call)          \
+  int saved_ = saved_device(); \
+  ruccl_result_t rc_ = call;   \
+  restore_device(saved_);      \
+  return rc_
+
+static ruccl_result_t cuda_check(ruccl_device_t dev) { GUARDED(cuda_check_on(dev)); }
+static ruccl_result_t cuda_uuid(ruccl_device_t dev, ruccl_device_uuid_t *out) { GUARDED(cuda_uuid_on(dev, out)); }
+static ruccl_result_t cuda_stream_create(ruccl_device_t dev, void **stream) {
+  GUARDED(cuda_stream_create_on(dev, stream));
+}
+static ruccl_result_t cuda_stream_wait(ruccl_device_t dev, void *stream, int64_t deadline_ns) {
+  GUARDED(cuda_stream_wait_on(dev, stream, deadline_ns));
+}
+static ruccl_result_t cuda_host_alloc(ruccl_device_t dev, size_t bytes, void **out) {
+  GUARDED(cuda_host_alloc_on(dev, bytes, out));
+}
+static ruccl_result_t cuda_copy(ruccl_device_t dev, void *stream, void *dst, const void *src, size_t bytes,
+                                ruccl_copy_kind_t kind) {
+  GUARDED(cuda_copy_on(dev, stream, dst, src, bytes, kind));
+}
+static ruccl_result_t cuda_reduce(ruccl_device_t dev, void *stream, const ruccl_device_reduce_t *r) {
+  GUARDED(cuda_reduce_on(dev, stream, r));
+}
+static void cuda_stream_destroy(ruccl_device_t dev, void *stream) {
+  int saved = saved_device();
+  cuda_stream_destroy_on(dev, stream);
+  restore_device(saved);
+}
+static void cuda_host_free(ruccl_device_t dev, void *p) {
+  int saved = saved_device();
+  cuda_host_free_on(dev, p);
+  restore_device(saved);
+}
+
+static ruccl_result_t cuda_enter(ruccl_device_t dev, int *saved) {
+  *saved = saved_device();
+  return use(dev);
+}
+
+static void cuda_leave(int saved) { restore_device(saved); }
 
 const ruccl_device_adapter_t ruccl_cuda_adapter = {
     .name = "cuda",
@@ -146,4 +221,6 @@ const ruccl_device_adapter_t ruccl_cuda_adapter = {
     .host_free = cuda_host_free,
     .copy = cuda_copy,
     .reduce = cuda_reduce,
+    .enter = cuda_enter,
+    .leave = cuda_leave,
 };

@@ -73,6 +73,11 @@ typedef struct ruccl_device_adapter {
                          ruccl_copy_kind_t kind);
   /* Queues one reduction over device buffers on the stream. */
   ruccl_result_t (*reduce)(ruccl_device_t dev, void *stream, const ruccl_device_reduce_t *r);
+  /* Every function above leaves the calling thread's current device as it was.
+     enter makes dev current for work outside the adapter (NCCL's calls take the
+     current device), and leave gives back what enter saved. */
+  ruccl_result_t (*enter)(ruccl_device_t dev, int *saved);
+  void (*leave)(int saved);
 } ruccl_device_adapter_t;
 
 /* The adapter compiled in for this device kind, or NULL. */
