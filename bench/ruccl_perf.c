@@ -4,7 +4,12 @@
  *
  *   ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter]
  *              [-n peers] [-N processes] [-b min_bytes] [-e max_bytes] [-f factor]
- *              [-s auto|centralized|tree|ring] [-w warmup] [-i iters]
+ *              [-s auto|centralized|tree|ring] [-w warmup] [-i iters] [-d cpu|cuda]
+ *
+ * -d cuda (a CUDA build) puts every peer's buffers in GPU 0's memory; the same run
+ * then measures a device-to-device copy and pinned host<->device copies as the
+ * references (the same-GPU path is checked against the first, the host-staged
+ * path against the second).
  *
  * Peers are -n threads of one process (the in-process transport); with -N P > 1,
  * P processes of -n peers each form a multi-node session on 127.0.0.1 through an
@@ -25,6 +30,9 @@
 #include <time.h>
 
 #include "ruccl.h"
+#ifdef RUCCL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 typedef enum { C_ALL_REDUCE, C_BROADCAST, C_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER } coll_t;
 static const char *const coll_names[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"};
@@ -39,6 +47,7 @@ typedef struct {
   unsigned factor;
   ruccl_strategy_t strategy;
   int warmup, iters;
+  int cuda; /* -d cuda: the buffers are on GPU 0 */
 } options_t;
 
 typedef struct {
@@ -74,6 +83,10 @@ static int parse(int argc, char **argv, options_t *o) {
     else if (!strcmp(k, "-f")) o->factor = (unsigned)atoi(v);
     else if (!strcmp(k, "-w")) o->warmup = atoi(v);
     else if (!strcmp(k, "-i")) o->iters = atoi(v);
+    else if (!strcmp(k, "-d")) {
+      if (!strcmp(v, "cuda")) o->cuda = 1;
+      else if (strcmp(v, "cpu")) return -1;
+    }
     else if (!strcmp(k, "-s")) {
       if (!strcmp(v, "auto")) o->strategy.kind = RUCCL_STRATEGY_AUTO;
       else if (!strcmp(v, "centralized")) o->strategy.kind = RUCCL_STRATEGY_CENTRALIZED;
@@ -100,10 +113,45 @@ static size_t full_count(const options_t *o, size_t bytes) {
   return count;
 }
 
+static ruccl_device_kind_t device_kind = RUCCL_DEVICE_CPU;
+
 static ruccl_tensor_t tensor(float *data, size_t count) {
   ruccl_tensor_t t = {.data = data, .dtype = RUCCL_FLOAT32, .ndim = 1, .shape = {(int64_t)count},
-                      .device = {RUCCL_DEVICE_CPU, 0}};
+                      .device = {device_kind, 0}};
   return t;
+}
+
+/* Buffers on the benchmark's device: host memory, or GPU 0's. */
+static float *device_alloc(size_t bytes) {
+#ifdef RUCCL_HAVE_CUDA
+  if (device_kind == RUCCL_DEVICE_CUDA) {
+    void *p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+  }
+#endif
+  return malloc(bytes);
+}
+
+static void device_free(float *p) {
+#ifdef RUCCL_HAVE_CUDA
+  if (device_kind == RUCCL_DEVICE_CUDA) {
+    cudaFree(p);
+    return;
+  }
+#endif
+  free(p);
+}
+
+/* Copies between the host and the benchmark's buffers (to_device: host -> them). */
+static void device_copy(void *dst, const void *src, size_t bytes, int to_device) {
+#ifdef RUCCL_HAVE_CUDA
+  if (device_kind == RUCCL_DEVICE_CUDA) {
+    cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    return;
+  }
+#endif
+  (void)to_device;
+  memcpy(dst, src, bytes);
 }
 
 static ruccl_result_t run_once(const options_t *o, ruccl_comm_t *comm, uint32_t id, float *in, float *out,
@@ -173,7 +221,7 @@ static void *peer_main(void *arg) {
   peer_t *p = arg;
   const options_t *o = p->opt;
   ruccl_comm_t *comm;
-  if (ruccl_register(p->id, (ruccl_device_t){RUCCL_DEVICE_CPU, 0}, &p->config, &comm) != RUCCL_OK) {
+  if (ruccl_register(p->id, (ruccl_device_t){device_kind, 0}, &p->config, &comm) != RUCCL_OK) {
     fprintf(stderr, "peer %u: register: %s\n", p->id, ruccl_last_error());
     p->failed = 1;
     return NULL;
@@ -187,16 +235,27 @@ static void *peer_main(void *arg) {
       ruccl_finish(comm);
       return NULL;
     }
-  size_t max_count = full_count(o, o->max_bytes);
-  float *in = malloc(max_count * sizeof(float) + 64), *out = malloc(max_count * sizeof(float) + 64);
+  size_t max_count = full_count(o, o->max_bytes), max_bytes = max_count * sizeof(float) + 64;
+  /* host_in/host_out: filled and checked on the host; in/out: where the collective runs */
+  float *host_in = malloc(max_bytes), *host_out = malloc(max_bytes);
+  float *in = o->cuda ? device_alloc(max_bytes) : host_in, *out = o->cuda ? device_alloc(max_bytes) : host_out;
+  if (!host_in || !host_out || !in || !out) {
+    fprintf(stderr, "peer %u: no memory for 2 x %zu bytes\n", p->id, max_bytes);
+    goto fail;
+  }
   unsigned k = 0;
   for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor, k++) {
     size_t count = full_count(o, bytes);
     for (int in_place = 0; in_place < 2; in_place++) {
       float *src = in_place ? out : in;
-      fill(o, p->id, in_place, in, out, count);
+      fill(o, p->id, in_place, host_in, host_out, count);
+      if (o->cuda) {
+        device_copy(in, host_in, count * sizeof(float), 1);
+        device_copy(out, host_out, count * sizeof(float), 1);
+      }
       if (run_once(o, comm, p->id, src, out, count) != RUCCL_OK) goto fail;
-      long wrong = count_wrong(o, p->id, in_place, out, count);
+      if (o->cuda) device_copy(host_out, out, count * sizeof(float), 0);
+      long wrong = count_wrong(o, p->id, in_place, host_out, count);
       pthread_mutex_lock(p->mu);
       p->wrong[k * 2 + (unsigned)in_place] += wrong;
       pthread_mutex_unlock(p->mu);
@@ -210,15 +269,18 @@ static void *peer_main(void *arg) {
       if (p->id == 0) p->times[k * 2 + (unsigned)in_place] = (now_s() - t0) / o->iters;
     }
   }
-  free(in);
-  free(out);
+  if (o->cuda) device_free(in), device_free(out);
+  free(host_in);
+  free(host_out);
   ruccl_finish(comm);
   return NULL;
 fail:
   fprintf(stderr, "peer %u: %s\n", p->id, ruccl_last_error());
   p->failed = 1;
-  free(in);
-  free(out);
+  if (o->cuda && in) device_free(in);
+  if (o->cuda && out) device_free(out);
+  free(host_in);
+  free(host_out);
   ruccl_finish(comm);
   return NULL;
 }
@@ -239,6 +301,36 @@ static double memcpy_bandwidth(size_t bytes) {
   free(b);
   return gbs;
 }
+
+#ifdef RUCCL_HAVE_CUDA
+/* GB/s of copies of `bytes` on GPU 0: device to device, and pinned host to and from
+   the device, each timed over enough repetitions for half a second. */
+static double timed_copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  int reps = 0;
+  cudaDeviceSynchronize();
+  double t0 = now_s(), t;
+  do {
+    cudaMemcpyAsync(dst, src, bytes, kind, 0);
+    cudaDeviceSynchronize();
+    reps++;
+    t = now_s() - t0;
+  } while (t < 0.5 || reps < 5);
+  return (double)bytes * reps / t / 1e9;
+}
+
+static void cuda_bandwidths(size_t bytes, double *d2d, double *h2d, double *d2h) {
+  void *a = NULL, *b = NULL, *h = NULL;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaHostAlloc(&h, bytes, cudaHostAllocPortable) == cudaSuccess) {
+    *d2d = timed_copy(b, a, bytes, cudaMemcpyDeviceToDevice);
+    *h2d = timed_copy(a, h, bytes, cudaMemcpyHostToDevice);
+    *d2h = timed_copy(h, a, bytes, cudaMemcpyDeviceToHost);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFreeHost(h);
+}
+#endif
 
 static int run_node(options_t *o, const char *orchestrator) {
   unsigned nsizes = num_sizes(o);
@@ -279,8 +371,9 @@ static int run_node(options_t *o, const char *orchestrator) {
            getenv("RUCCL_TRANSPORT") && !strcmp(getenv("RUCCL_TRANSPORT"), "tcp") ? "tcp" : "shared memory",
            strategy_names[o->strategy.kind], o->warmup, o->iters);
   else
-    printf("# ruccl-perf: %s, %u in-process peers, strategy %s, %d warmup + %d iterations\n", coll_names[o->coll],
-           o->peers, strategy_names[o->strategy.kind], o->warmup, o->iters);
+    printf("# ruccl-perf: %s, %u in-process peers on %s, strategy %s, %d warmup + %d iterations\n",
+           coll_names[o->coll], o->peers, o->cuda ? "cuda:0" : "the host", strategy_names[o->strategy.kind], o->warmup,
+           o->iters);
   printf("#%62s %27s\n", "out-of-place", "in-place");
   printf("# %10s %12s %6s %6s %5s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
          "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -307,8 +400,18 @@ static int run_node(options_t *o, const char *orchestrator) {
     }
     printf("\n");
   }
-  double mbw = memcpy_bandwidth(o->max_bytes);
   printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+#ifdef RUCCL_HAVE_CUDA
+  if (o->cuda && !failed) {
+    double d2d = 0, h2d = 0, d2h = 0;
+    cuda_bandwidths(o->max_bytes, &d2d, &h2d, &d2h);
+    printf("# cuda:0 copies (%zu B): device-to-device %.2f GB/s (read + write: %.2f), pinned host-to-device %.2f, "
+           "device-to-host %.2f GB/s\n", o->max_bytes, d2d, 2 * d2d, h2d, d2h);
+    printf("# busbw at %zu B (out of place): %.2f GB/s = %.0f%% of the device-to-device copy, %.0f%% of the slower "
+           "pinned copy\n", last_bytes, last_busbw, 100 * last_busbw / d2d, 100 * last_busbw / (h2d < d2h ? h2d : d2h));
+  }
+#endif
+  double mbw = memcpy_bandwidth(o->max_bytes);
   printf("# memcpy bandwidth (%zu B, one thread): %.2f GB/s\n", o->max_bytes, mbw);
   printf("# busbw at %zu B (out of place): %.2f GB/s = %.0f%% of memcpy\n", last_bytes, last_busbw,
          100 * last_busbw / mbw);
@@ -365,8 +468,16 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: ruccl-perf [-c all_reduce|broadcast|reduce|all_gather|reduce_scatter] [-n peers] [-N processes]\n"
             "                  [-b min_bytes] [-e max_bytes] [-f factor] [-s auto|centralized|tree|ring]\n"
-            "                  [-w warmup] [-i iters]\n");
+            "                  [-w warmup] [-i iters] [-d cpu|cuda]\n");
     return 2;
+  }
+  if (o.cuda) {
+#ifdef RUCCL_HAVE_CUDA
+    device_kind = RUCCL_DEVICE_CUDA;
+#else
+    fprintf(stderr, "ruccl-perf: -d cuda needs a build with RUCCL_CUDA\n");
+    return 2;
+#endif
   }
   if (o.nodes == 1) return run_node(&o, NULL);
   ruccl_orchestrator_t *orch;
