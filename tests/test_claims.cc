@@ -1,4 +1,4 @@
-/* test_claims.cc — the promises of docs/reference.md §1 and §6 that no other test
+/* test_claims.cc — the promises of docs/reference.md §1 and §7 that no other test
    checks, each against values the test works out itself:
      - MIN and MAX propagate NaN, from whichever peer holds it (all-reduce, reduce);
      - integer SUM and PROD wrap modulo 2^bits;
