@@ -276,7 +276,8 @@ void ruccl_nccl_release(ruccl_comm_t *c) {
   const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
   if (!nc) return;
   ruccl_nccl_comm_t comm = (ruccl_nccl_comm_t)c->nccl_comm;
-  if (atomic_load(&c->group->broken) == 0 && nc->comm_finalize(comm) == RUCCL_NCCL_SUCCESS &&
+  int healthy = atomic_load(&c->group->broken) == 0 && atomic_load(&c->group->reset) == 0;
+  if (healthy && nc->comm_finalize(comm) == RUCCL_NCCL_SUCCESS &&
       settle(nc, c, "finalize", ruccl_deadline_after_ms(c->group->config.timeout_ms)) == RUCCL_OK) {
     nc->comm_destroy(comm);
     c->nccl_comm = NULL;
