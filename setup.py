@@ -6,7 +6,7 @@ cpp_extension against the *installed* torch, so install without build isolation:
 
     pip install --no-build-isolation .          # or: python setup.py build_ext --inplace
 
-It needs cmake, ninja, a C/C++ compiler and OpenSSL's libcrypto headers
+It needs cmake, ninja (else make), a C/C++ compiler and OpenSSL's libcrypto headers
 (scripts/setup.sh installs them on Debian/Ubuntu).
 
 CUDA: when the installed torch has CUDA (torch.version.cuda) and nvcc is found
@@ -77,9 +77,13 @@ class BuildWithCore(BuildExtension):
     """Configures and builds the C core (incrementally) before the extension."""
 
     def run(self):
-        if not os.path.exists(os.path.join(CORE_BUILD, "build.ninja")):
+        # Ninja, else (a machine without it) Makefiles; a directory keeps the one it has.
+        made = [g for g, f in (("Ninja", "build.ninja"), ("Unix Makefiles", "Makefile"))
+                if os.path.exists(os.path.join(CORE_BUILD, f))]
+        if not made:
+            generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
             subprocess.check_call(
-                ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                ["cmake", "-S", ROOT, "-B", CORE_BUILD, "-G", generator, "-DCMAKE_BUILD_TYPE=Release",
                  *core_cmake_args()])
         subprocess.check_call(["cmake", "--build", CORE_BUILD, "--target", "ruccl_static"])
         super().run()
