@@ -142,6 +142,7 @@ s_gtest() {
 }
 
 s_pytest() {
+  "$PY" -c 'import pytest' || { echo "pytest is not installed for $PY: the CUDA cases cannot run"; return 1; }
   RUCCL_CUDA=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest tests/python/test_cuda.py -q -rs \
     -p no:cacheprovider
 }
