@@ -137,14 +137,24 @@ s_example() {
 s_gtest() {
   [ -x build-gpu/ruccl_tests ] || { echo "build-gpu/ruccl_tests was not built"; return 1; }
   build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*' --gtest_color=no | tee "$OUT/gtest.txt" || return 1
-  # a filter that matched nothing passes in GoogleTest: not here
-  grep -Eq '^\[  PASSED  \] [1-9][0-9]* test' "$OUT/gtest.txt"
+  # a filter that matched nothing passes in GoogleTest: not here; nor do skipped CUDA
+  # tests (no usable GPU) on the machine these checks are for
+  grep -Eq '^\[  PASSED  \] [1-9][0-9]* test' "$OUT/gtest.txt" || return 1
+  if grep -q '^\[  SKIPPED \] Cuda\.' "$OUT/gtest.txt"; then
+    echo "run_checks: CUDA tests were skipped (no usable GPU?)"
+    return 1
+  fi
 }
 
 s_pytest() {
   "$PY" -c 'import pytest' || { echo "pytest is not installed for $PY: the CUDA cases cannot run"; return 1; }
   RUCCL_CUDA=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest tests/python/test_cuda.py -q -rs \
-    -p no:cacheprovider
+    -p no:cacheprovider | tee "$OUT/pytest.txt" || return 1
+  # on the machine these checks are for, a skipped case is a check not made
+  if grep -q '^SKIPPED' "$OUT/pytest.txt"; then
+    echo "run_checks: CUDA test cases were skipped (reasons above)"
+    return 1
+  fi
 }
 
 s_perf() {
