@@ -3,6 +3,11 @@
     import ruccl_pg                      # registers the backend "ruccl" (cpu and cuda)
     torch.distributed.init_process_group("ruccl")
 
+CUDA tensors are taken by the core as they are when the extension was built with
+CUDA (ruccl_pg.built_with_cuda(); setup.py does so when torch has CUDA and nvcc is
+found), else they are copied through host memory; either way the collectives follow
+the caller's current CUDA streams.
+
 Each process is one ruCCL node; the nodes rendezvous through the store torch hands
 the backend (env://, tcp://, file://), so no extra server runs.  This node's data
 address is RUCCL_NODE_ADDRESS when set, else the local address that routes toward
@@ -21,11 +26,12 @@ import torch.distributed as dist
 from . import _C
 from .training import TrainingRecord, all_reduce_gradients, parameter_fingerprint
 
-__all__ = ["ProcessGroupRuccl", "node_address", "version", "all_reduce_gradients", "parameter_fingerprint",
-           "TrainingRecord"]
+__all__ = ["ProcessGroupRuccl", "node_address", "version", "built_with_cuda", "all_reduce_gradients",
+           "parameter_fingerprint", "TrainingRecord"]
 
 ProcessGroupRuccl = _C.ProcessGroupRuccl
 version = _C.version
+built_with_cuda = _C.built_with_cuda  # CUDA tensors go to the core as they are (else through host copies)
 
 
 def _store_host(store):

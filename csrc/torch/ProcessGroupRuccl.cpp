@@ -1,11 +1,22 @@
 // ProcessGroupRuccl.cpp — see ProcessGroupRuccl.hpp.  Layout: errors and tensor
-// views; the store adapter; Work; the backend's queue; the collectives.
+// views; the store adapter; streams (CUDA ordering); Work; the backend's queue; the
+// collectives.
 #include "ProcessGroupRuccl.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+
+#ifdef RUCCL_TORCH_CUDA
+// c10's CUDA headers only (ATen/cuda/* pulls in cuBLAS and cuSPARSE headers).
+#include <c10/core/Event.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -44,13 +55,17 @@ ruccl_dtype_t dtype_of(at::ScalarType t) {
   }
 }
 
-// The C view of a contiguous CPU tensor (more than RUCCL_MAX_DIMS dimensions are
-// flattened: the element count is what the ranks must then agree on).
+// The C view of a contiguous tensor the core takes (more than RUCCL_MAX_DIMS
+// dimensions are flattened: the element count is what the ranks must then agree on).
 ruccl_tensor_t view(const at::Tensor &t) {
   ruccl_tensor_t v{};
   v.data = t.data_ptr();
   v.dtype = dtype_of(t.scalar_type());
-  v.device = {RUCCL_DEVICE_CPU, 0};
+  if (t.device().is_cuda()) {
+    v.device = {RUCCL_DEVICE_CUDA, static_cast<int>(t.device().index())};
+  } else {
+    v.device = {RUCCL_DEVICE_CPU, 0};
+  }
   if (t.dim() <= RUCCL_MAX_DIMS) {
     v.ndim = static_cast<int>(t.dim());
     for (int64_t d = 0; d < t.dim(); d++) v.shape[d] = t.size(d);
@@ -61,22 +76,46 @@ ruccl_tensor_t view(const at::Tensor &t) {
   return v;
 }
 
-// A tensor as the core can take it: itself when it is a contiguous CPU tensor, else
-// a contiguous host copy that put() writes back.  Made on the worker, when the op
-// runs, so that it sees what earlier queued ops wrote.
-struct Host {
-  at::Tensor user, host;
-  explicit Host(const at::Tensor &t, bool fill = true) : user(t) {
-    if (t.device().is_cpu() && t.is_contiguous()) {
-      host = t;
+// Where the core reads and writes a tensor of this device: on the device itself
+// (the CPU; a CUDA GPU when the extension, and with it the core, is built with CUDA),
+// else in host memory.
+at::Device core_device(const at::Tensor &t) {
+#ifdef RUCCL_TORCH_CUDA
+  if (t.device().is_cuda()) return t.device();
+#endif
+  return at::Device(at::kCPU);
+}
+
+// Waits, on the host, for the device work queued on t's device's current stream (the
+// job's side stream): the core copies on a stream of its own, so what the shim
+// queued for it must be done before it reads.  Nothing for host tensors.
+void settle(const at::Tensor &t) {
+#ifdef RUCCL_TORCH_CUDA
+  if (t.device().is_cuda()) c10::cuda::getCurrentCUDAStream(t.device().index()).synchronize();
+#else
+  (void)t;
+#endif
+}
+
+// A tensor as the core can take it: itself when it is contiguous and on a device the
+// core takes, else a contiguous copy (on the tensor's device when the core takes
+// it there, else on the host) that put() writes back.  Made on the worker, when the
+// op runs, so that it sees what earlier queued ops wrote.
+struct Staged {
+  at::Tensor user, buf;
+  explicit Staged(const at::Tensor &t, bool fill = true) : user(t) {
+    at::Device dev = core_device(t);
+    if (t.device() == dev && t.is_contiguous()) {
+      buf = t;
     } else if (fill) {
-      host = t.to(at::kCPU).contiguous();
+      buf = t.to(dev).contiguous();
+      settle(buf);
     } else {
-      host = at::empty(t.sizes(), t.options().device(at::kCPU));
+      buf = at::empty(t.sizes(), t.options().device(dev));
     }
   }
   void put() {
-    if (!host.is_same(user)) user.copy_(host);
+    if (!buf.is_same(user)) user.copy_(buf);
   }
 };
 
@@ -254,10 +293,201 @@ std::string shared_secret(c10d::Store &store, const std::string &base, int rank,
 
 }  // namespace
 
+// ---- streams: how a job is ordered with the caller's device work -----------------
+
+#ifdef RUCCL_TORCH_CUDA
+// The core takes CUDA tensors as they are: it stages them through pinned host memory
+// on a stream of its own, and returns once the result is on the device.  A job
+// follows the stream contract of torch's own backends (NCCL, gloo):
+//  - at issue, an event is recorded on the caller's current stream of every CUDA
+//    device the job touches (the caller is not blocked);
+//  - the thread that runs the job waits for those events on the host (the core's
+//    stream knows nothing of the caller's), then does the shim's own device work
+//    (contiguous copies and copies back) on a side stream of each device, current
+//    while the job runs; it drains the side streams before the work completes and
+//    records a `done` event on each;
+//  - wait() and synchronize() make the caller's current streams wait for `done`; the
+//    future completes with the side streams current, so its events are recorded there.
+// The work holds every tensor until it is destroyed.
+struct StreamSync {
+  std::vector<std::shared_ptr<c10::Event>> ready; // on the callers' streams, at issue
+  std::vector<c10::cuda::CUDAStream> side;                 // one per device
+  std::vector<std::shared_ptr<c10::Event>> done;  // one per side stream
+};
+#else
+// The core takes host memory only: a job copies device tensors to and from the host
+// on the caller's current stream (synchronous copies), so that they follow what the
+// caller queued there before the call.
+struct StreamSync {
+  c10::Stream caller;
+};
+#endif
+
+namespace {
+
+#ifdef RUCCL_TORCH_CUDA
+[[noreturn]] void device_error(const char *what, const c10::Error &e) {
+  fail(RUCCL_ERR_DEVICE, std::string(what) + ": " + e.what_without_backtrace());
+}
+#endif
+
+// At issue, on the caller's thread: null when no tensor is on a device.
+std::shared_ptr<StreamSync> sync_at_issue(const std::vector<at::Tensor> &tensors) {
+#ifdef RUCCL_TORCH_CUDA
+  std::vector<c10::DeviceIndex> devices;
+  for (const auto &t : tensors)
+    if (t.defined() && t.device().is_cuda() &&
+        std::find(devices.begin(), devices.end(), t.device().index()) == devices.end())
+      devices.push_back(t.device().index());
+  if (devices.empty()) return nullptr;
+  std::vector<c10::cuda::CUDAStream> callers;
+  for (c10::DeviceIndex d : devices) {
+    callers.push_back(c10::cuda::getCurrentCUDAStream(d));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(callers.back().stream(), &status));
+    if (status != cudaStreamCaptureStatusNone)
+      fail(RUCCL_ERR_UNSUPPORTED, "ruccl: collectives cannot be captured into a CUDA graph (the current stream of "
+                                  "cuda:" + std::to_string(d) + " is capturing); issue them outside the capture");
+  }
+  auto sync = std::make_shared<StreamSync>();
+  for (size_t i = 0; i < devices.size(); i++) {
+    auto ready = std::make_shared<c10::Event>(c10::DeviceType::CUDA);
+    ready->record(callers[i]);
+    sync->ready.push_back(std::move(ready));
+    sync->side.push_back(c10::cuda::getStreamFromPool(false, devices[i]));
+    sync->done.push_back(std::make_shared<c10::Event>(c10::DeviceType::CUDA));
+  }
+  return sync;
+#else
+  for (const auto &t : tensors)
+    if (t.defined() && !t.device().is_cpu()) {
+      c10::impl::VirtualGuardImpl impl(t.device().type());
+      return std::make_shared<StreamSync>(StreamSync{impl.getStream(t.device())});
+    }
+  return nullptr;
+#endif
+}
+
+// One sync for several jobs run as one (a coalesced point-to-point group): it waits
+// for all of their events, and runs on the first one's stream of each device.
+std::shared_ptr<StreamSync> merge_syncs(const std::vector<std::shared_ptr<StreamSync>> &syncs) {
+#ifdef RUCCL_TORCH_CUDA
+  std::shared_ptr<StreamSync> merged;
+  for (const auto &s : syncs) {
+    if (!s) continue;
+    if (!merged) merged = std::make_shared<StreamSync>();
+    merged->ready.insert(merged->ready.end(), s->ready.begin(), s->ready.end());
+    for (size_t i = 0; i < s->side.size(); i++) {
+      bool have = false;
+      for (const auto &st : merged->side) have |= st.device_index() == s->side[i].device_index();
+      if (!have) {
+        merged->side.push_back(s->side[i]);
+        merged->done.push_back(s->done[i]);
+      }
+    }
+  }
+  return merged;
+#else
+  for (const auto &s : syncs)
+    if (s) return s;
+  return nullptr;
+#endif
+}
+
+// While a job runs (on a worker, or inline on the caller): waits for the caller's
+// events, makes the side streams current; finish() drains them and records `done`.
+// Left without finish() (the job threw), it still drains them, so that no copy of
+// the shim's is pending when the job's tensors are let go.
+class JobStreams {
+ public:
+  explicit JobStreams(StreamSync *sync) : sync_(sync) {
+    if (!sync_) return;
+#ifdef RUCCL_TORCH_CUDA
+    try {
+      for (auto &e : sync_->ready) e->synchronize();
+    } catch (const c10::Error &e) {
+      device_error("waiting for the caller's stream", e);
+    }
+    device_.emplace(sync_->side.front().device_index());
+    streams_.emplace(sync_->side);
+#else
+    streams_.emplace(sync_->caller);
+#endif
+  }
+  void finish() {
+#ifdef RUCCL_TORCH_CUDA
+    if (!sync_) return;
+    try {
+      for (size_t i = 0; i < sync_->side.size(); i++) {
+        sync_->side[i].synchronize();
+        sync_->done[i]->record(sync_->side[i]);
+      }
+    } catch (const c10::Error &e) {
+      device_error("finishing the op's copies on the device", e);
+    }
+#endif
+    finished_ = true;
+  }
+  ~JobStreams() {
+#ifdef RUCCL_TORCH_CUDA
+    if (!sync_ || finished_) return;
+    for (auto &st : sync_->side) {
+      try {
+        st.synchronize();
+      } catch (...) {
+      }
+    }
+#endif
+  }
+
+ private:
+  StreamSync *sync_;
+  bool finished_ = false;
+#ifdef RUCCL_TORCH_CUDA
+  std::optional<c10::cuda::CUDAGuard> device_;
+  std::optional<c10::cuda::CUDAMultiStreamGuard> streams_;
+#else
+  std::optional<c10::StreamGuard> streams_;
+#endif
+};
+
+// Makes the side streams current while a work completes (its future records its
+// events on the current streams).
+class CompletionStreams {
+ public:
+  explicit CompletionStreams(StreamSync *sync) {
+#ifdef RUCCL_TORCH_CUDA
+    if (sync) streams_.emplace(sync->side);
+#else
+    (void)sync;
+#endif
+  }
+
+ private:
+#ifdef RUCCL_TORCH_CUDA
+  std::optional<c10::cuda::CUDAMultiStreamGuard> streams_;
+#endif
+};
+
+// The caller's current streams wait for the job's `done` events (not yet recorded:
+// the job failed or never ran, and there is nothing to wait for).
+void block_current_streams(StreamSync *sync) {
+#ifdef RUCCL_TORCH_CUDA
+  if (!sync) return;
+  for (size_t i = 0; i < sync->side.size(); i++)
+    sync->done[i]->block(c10::cuda::getCurrentCUDAStream(sync->side[i].device_index()));
+#else
+  (void)sync;
+#endif
+}
+
+}  // namespace
+
 // ---- Work ------------------------------------------------------------------------
 
-WorkRuccl::WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, title), outputs_(std::move(outputs)) {
+WorkRuccl::WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                     std::vector<at::Tensor> keep, std::shared_ptr<StreamSync> sync)
+    : c10d::Work(rank, type, title), outputs_(std::move(outputs)), keep_(std::move(keep)), sync_(std::move(sync)) {
   std::vector<c10::Device> devices;
   for (const auto &t : outputs_)
     if (!t.device().is_cpu() && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
@@ -265,7 +495,22 @@ WorkRuccl::WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector
   future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors(), devices);
 }
 
+// c10d::Work::wait calls synchronize() itself, holding the work's mutex (so
+// synchronize() must not take it: no isCompleted() there); waiting on the events
+// twice costs nothing, and keeps the contract should a torch's wait() not call it.
+bool WorkRuccl::wait(std::chrono::milliseconds timeout) {
+  bool ok = c10d::Work::wait(timeout);
+  block_current_streams(sync_.get());
+  return ok;
+}
+
+void WorkRuccl::synchronize() {
+  if (ran_.load(std::memory_order_acquire)) block_current_streams(sync_.get());
+}
+
 void WorkRuccl::complete(std::exception_ptr error) {
+  ran_.store(true, std::memory_order_release); // the job's `done` events are recorded
+  CompletionStreams streams(sync_.get());
   if (error) {
     future_->setError(error);
   } else {
@@ -354,25 +599,17 @@ void ProcessGroupRuccl::shutdown() {
   q_->cv.notify_all();
 }
 
-// The current stream of the first device tensor: the job runs its copies on it, so
-// that they follow what the caller queued there and precede what it queues next.
-static std::optional<c10::Stream> caller_stream(const std::vector<at::Tensor> &tensors) {
-  for (const auto &t : tensors)
-    if (t.defined() && !t.device().is_cpu()) {
-      c10::impl::VirtualGuardImpl impl(t.device().type());
-      return impl.getStream(t.device());
-    }
-  return std::nullopt;
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, const char *title,
                                                           std::vector<at::Tensor> outputs, std::function<void()> run,
                                                           std::vector<P2pOp> p2p, bool caller_waits,
-                                                          std::function<void()> after) {
+                                                          std::function<void()> after,
+                                                          std::vector<at::Tensor> inputs) {
   std::vector<at::Tensor> touched = outputs;
+  touched.insert(touched.end(), inputs.begin(), inputs.end());
   for (const auto &op : p2p) touched.push_back(op.tensor);
-  auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs));
-  Job job{std::move(run), std::move(p2p), work, caller_stream(touched), std::move(after)};
+  std::shared_ptr<StreamSync> sync = sync_at_issue(touched); // refuses a CUDA graph capture
+  auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs), std::move(touched), sync);
+  Job job{std::move(run), std::move(p2p), work, std::move(sync), std::move(after)};
   {
     std::unique_lock<std::mutex> lock(q_->mu);
     if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
@@ -411,12 +648,13 @@ void ProcessGroupRuccl::release_queue(Queue &q) {
 
 std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
   try {
-    c10::OptionalStreamGuard guard(job.stream);
+    JobStreams streams(job.sync.get());
     if (!job.p2p.empty()) {
       run_p2p(job.p2p);
     } else {
       job.run();
     }
+    streams.finish();
     return nullptr;
   } catch (const c10::Error &e) { // torch's own checks (a copy into a bad output...)
     return std::make_exception_ptr(
@@ -436,7 +674,7 @@ void ProcessGroupRuccl::finish_job(Job &job, std::exception_ptr error) {
 
 void ProcessGroupRuccl::complete(Job &job, std::exception_ptr error) {
   try {
-    job.work->complete(error);
+    job.work->complete(error); // with the job's side streams current
   } catch (const std::exception &e) {
     TORCH_WARN("ruccl: completing a work raised: ", e.what());
   } catch (...) {
@@ -482,9 +720,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
       size_t j = i + 1;
       if (!jobs[i].p2p.empty()) {
         Job group;
-        for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++)
+        std::vector<std::shared_ptr<StreamSync>> syncs;
+        for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++) {
           group.p2p.insert(group.p2p.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
-        group.stream = jobs[i].stream;
+          syncs.push_back(jobs[j].sync);
+        }
+        group.sync = merge_syncs(syncs);
         error = run_job(group);
       } else {
         error = run_job(jobs[i]);
@@ -520,18 +761,18 @@ void ProcessGroupRuccl::worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Que
 }
 
 void ProcessGroupRuccl::run_p2p(std::vector<P2pOp> &ops) {
-  std::vector<Host> hosts;
-  hosts.reserve(ops.size());
-  for (auto &op : ops) hosts.emplace_back(op.tensor, op.send);
+  std::vector<Staged> staged;
+  staged.reserve(ops.size());
+  for (auto &op : ops) staged.emplace_back(op.tensor, op.send);
   std::vector<ruccl_tensor_t> views(ops.size());
   std::vector<ruccl_p2p_op_t> c_ops(ops.size());
   for (size_t i = 0; i < ops.size(); i++) {
-    views[i] = view(hosts[i].host);
+    views[i] = view(staged[i].buf);
     c_ops[i] = {ops[i].send ? RUCCL_P2P_SEND : RUCCL_P2P_RECV, &views[i], static_cast<uint32_t>(ops[i].peer)};
   }
   check(ruccl_p2p_group(comm_, c_ops.data(), c_ops.size()));
   for (size_t i = 0; i < ops.size(); i++)
-    if (!ops[i].send) hosts[i].put();
+    if (!ops[i].send) staged[i].put();
 }
 
 // ---- collectives -----------------------------------------------------------------
@@ -542,8 +783,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tens
   at::Tensor t = tensors[0];
   ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
   return enqueue(c10d::OpType::ALLREDUCE, "ruccl:all_reduce", {t}, [this, t, op] {
-    Host h(t);
-    ruccl_tensor_t v = view(h.host);
+    Staged h(t);
+    ruccl_tensor_t v = view(h.buf);
     check(ruccl_all_reduce(comm_, &v, &v, op));
     h.put();
   }, {}, !opts.asyncOp);
@@ -556,8 +797,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vecto
   std::vector<at::Tensor> ts = tensors;
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "ruccl:all_reduce_coalesced", ts, [this, ts, ops] {
     for (size_t i = 0; i < ts.size(); i++) {
-      Host h(ts[i]);
-      ruccl_tensor_t v = view(h.host);
+      Staged h(ts[i]);
+      ruccl_tensor_t v = view(h.buf);
       check(ruccl_all_reduce(comm_, &v, &v, ops[i]));
       h.put();
     }
@@ -571,8 +812,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tens
   dtype_of(t.scalar_type());
   uint32_t root = static_cast<uint32_t>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "ruccl:broadcast", {t}, [this, t, root] {
-    Host h(t, static_cast<int>(root) == rank_);
-    ruccl_tensor_t v = view(h.host);
+    Staged h(t, static_cast<int>(root) == rank_);
+    ruccl_tensor_t v = view(h.buf);
     check(ruccl_broadcast_from(comm_, &v, root));
     h.put();
   }, {}, !opts.asyncOp);
@@ -585,8 +826,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
   ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
   uint32_t root = static_cast<uint32_t>(opts.rootRank);
   return enqueue(c10d::OpType::REDUCE, "ruccl:reduce", {t}, [this, t, op, root] {
-    Host h(t);
-    ruccl_tensor_t v = view(h.host);
+    Staged h(t);
+    ruccl_tensor_t v = view(h.buf);
     bool is_root = static_cast<int>(root) == rank_;
     check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op, root));
     if (is_root) h.put();
@@ -598,11 +839,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &ou
   check_gather_base(output, input, size_);
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_ALLGATHER_BASE, "ruccl:all_gather_into_tensor", {out}, [this, out, in] {
-    Host hi(in), ho(out, false);
-    ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
+    Staged hi(in), ho(out, false);
+    ruccl_tensor_t vi = view(hi.buf), vo = view(ho.buf);
     check(ruccl_all_gather(comm_, &vi, &vo));
     ho.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -616,14 +857,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vec
   for (const auto &o : outputs[0]) need_same(o, in, "allgather output/input");
   std::vector<at::Tensor> outs = outputs[0];
   return enqueue(c10d::OpType::ALLGATHER, "ruccl:all_gather", outs, [this, in, outs] {
-    Host hi(in);
+    Staged hi(in);
     std::vector<int64_t> shape{static_cast<int64_t>(outs.size())};
-    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, hi.host.options());
-    ruccl_tensor_t vi = view(hi.host), vo = view(flat);
+    at::Tensor flat = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, hi.buf.options());
+    ruccl_tensor_t vi = view(hi.buf), vo = view(flat);
     check(ruccl_all_gather(comm_, &vi, &vo));
     for (size_t k = 0; k < outs.size(); k++)
       outs[k].copy_(flat.narrow(0, static_cast<int64_t>(k) * in.numel(), in.numel()).view(outs[k].sizes()));
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {in});
 }
 
 // outputs[r][k]: rank r's block of input k.
@@ -674,11 +915,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tenso
   ruccl_reduce_op_t op = check_scatter_base(output, input, opts.reduceOp, size_);
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "ruccl:reduce_scatter_tensor", {out}, [this, out, in, op] {
-    Host hi(in), ho(out, false);
-    ruccl_tensor_t vi = view(hi.host), vo = view(ho.host);
+    Staged hi(in), ho(out, false);
+    ruccl_tensor_t vi = view(hi.buf), vo = view(ho.buf);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {in});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -693,13 +934,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
   std::vector<at::Tensor> ins = inputs[0];
   return enqueue(c10d::OpType::REDUCE_SCATTER, "ruccl:reduce_scatter", {out}, [this, out, ins, op] {
     std::vector<at::Tensor> flat;
-    for (const auto &i : ins) flat.push_back(i.to(at::kCPU).reshape({-1}));
+    at::Device dev = core_device(out);
+    for (const auto &i : ins) flat.push_back(i.to(dev).reshape({-1}));
     at::Tensor in = at::cat(flat);
-    Host ho(out, false);
-    ruccl_tensor_t vi = view(in), vo = view(ho.host);
+    settle(in);
+    Staged ho(out, false);
+    ruccl_tensor_t vi = view(in), vo = view(ho.buf);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, ins);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesced(

@@ -6,15 +6,18 @@
 // runs.  Calls are queued in issue order to one worker thread per backend (the C
 // communicator is used by one thread at a time, and ops must run in the order the
 // ranks issued them); each returns a Work whose future completes with the output
-// tensors.  Tensors the C core cannot take directly (non-contiguous, bool, not on
-// the CPU) go through contiguous host copies here.
+// tensors.  Tensors the C core cannot take directly go through copies here:
+// non-contiguous ones through contiguous copies on their device, CUDA tensors
+// through host copies unless the extension is built with CUDA (RUCCL_TORCH_CUDA:
+// setup.py builds the core with its CUDA adapter then, and CUDA tensors go to it
+// as they are, ordered with the caller's streams as torch's own backends do; see
+// StreamSync in the .cpp).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <c10/core/Stream.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -44,16 +47,31 @@ struct RucclOptions {
   std::string node_address = "127.0.0.1";
 };
 
+// How a job is ordered with the device streams of the tensors it touches (defined in
+// the .cpp: with CUDA, events on the caller's streams and side streams of the job's
+// own; without, the caller's stream the host copies run on).  Null for CPU tensors.
+struct StreamSync;
+
 class WorkRuccl : public c10d::Work {
  public:
-  WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs);
+  // keep: every tensor the op reads or writes, held until the work is destroyed.
+  WorkRuccl(int rank, c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+            std::vector<at::Tensor> keep, std::shared_ptr<StreamSync> sync);
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Blocks the host until the work is complete (as gloo's does), then makes the
+  // caller's current streams wait for it.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  // The caller's current streams wait for the work (once it is complete).
+  void synchronize() override;
   // Called once, on the worker: completes the work and its future.
   void complete(std::exception_ptr error);
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keep_;
+  std::shared_ptr<StreamSync> sync_;
+  std::atomic<bool> ran_{false}; // complete() was called: sync_'s `done` events are final
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -133,8 +151,8 @@ class ProcessGroupRuccl : public c10d::Backend {
     std::function<void()> run;
     std::vector<P2pOp> p2p;
     c10::intrusive_ptr<WorkRuccl> work;
-    std::optional<c10::Stream> stream; // a device tensor's: the caller's current stream
-    std::function<void()> after;       // run after the group is free, before the work completes
+    std::shared_ptr<StreamSync> sync; // with device tensors: how the job follows the caller's streams
+    std::function<void()> after;      // run after the group is free, before the work completes
   };
 
   // The queue, shared with the workers: a worker whose future callback destroyed the
@@ -152,9 +170,11 @@ class ProcessGroupRuccl : public c10d::Backend {
 
   // caller_waits (a collective called with async_op=False): when nothing is queued
   // or running, the call runs on the caller's thread, saving two thread hand-offs.
+  // inputs: the tensors the op reads that are not among outputs (nor in p2p).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
                                          std::function<void()> run, std::vector<P2pOp> p2p = {},
-                                         bool caller_waits = false, std::function<void()> after = nullptr);
+                                         bool caller_waits = false, std::function<void()> after = nullptr,
+                                         std::vector<at::Tensor> inputs = {});
   static void worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q);
   // Runs the job (never throws); returns the error, if any, for complete().
   std::exception_ptr run_job(Job &job);

@@ -29,6 +29,17 @@ PYBIND11_MODULE(_C, m) {
       py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"), py::arg("group_id"),
       py::arg("node_address"), py::call_guard<py::gil_scoped_release>(),
       "Registers this process as rank `rank` of `size` (a blocking rendezvous through `store`).");
+  m.def(
+      "built_with_cuda",
+      [] {
+#ifdef RUCCL_TORCH_CUDA
+        return true;
+#else
+        return false;
+#endif
+      },
+      "Whether this extension (and the core it links) was built with CUDA: CUDA tensors then go to the core "
+      "as they are; otherwise they are copied through host memory.");
   m.def("version", [] {
     return std::to_string(RUCCL_VERSION_MAJOR) + "." + std::to_string(RUCCL_VERSION_MINOR) + "." +
            std::to_string(RUCCL_VERSION_PATCH);

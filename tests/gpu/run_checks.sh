@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# run_checks.sh — the CUDA checks, on a machine with a GPU, in one go:
+#
+#   bash tests/gpu/run_checks.sh          # from the repository root; results under $OUT
+#
+#   env        what the machine has (torch must see a GPU)
+#   core       the core, its tests and examples built with CUDA in build-gpu
+#              (cmake -DRUCCL_CUDA=ON -DRUCCL_CUDA_ARCHS=90, Ninja else Makefiles)
+#   extension  ruccl_pg built in place with CUDA (RUCCL_CUDA=1 setup.py build_ext),
+#              alongside the core
+#   example    build-gpu/all_reduce --device cuda, RUCCL_DEBUG=INFO
+#   gtest      build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*'
+#   pytest     tests/python/test_cuda.py (two processes on GPU 0 through torch)
+#   perf       same-GPU all-reduce of 4 ranks, 256 MB FP32, by build-gpu/ruccl-perf
+#              when it takes --device cuda ("n/a" otherwise)
+#   bench      bench/gpu_bench.py: the table of ruCCL's numbers next to the copy rates
+#              and gloo measured in the same run, with their targets
+#
+# Each step prints PASS or FAIL and the run goes on; a step runs under `timeout`, at
+# most its own cap and never past the whole run's budget (RUCCL_GPU_CHECK_BUDGET_S,
+# default 450 s).  Everything is logged to $OUT/gpu_checks.log (each step's output
+# also to $OUT/<step>.log).  The exit status is 1 when any step failed.
+set -uo pipefail
+
+cd "$(dirname "$0")/../.." || exit 2
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-check-out}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_checks.log
+: >"$LOG"
+BUDGET_S=${RUCCL_GPU_CHECK_BUDGET_S:-450}
+JOBS=${RUCCL_GPU_CHECK_JOBS:-16}
+START=$(date +%s)
+PY=${PYTHON:-python3}
+
+for d in /usr/local/cuda/bin /usr/local/cuda-13/bin; do
+  if [ -x "$d/nvcc" ]; then
+    PATH=$d:$PATH
+    export CUDA_HOME=${CUDA_HOME:-${d%/bin}}
+    break
+  fi
+done
+export PATH
+export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS MAX_JOBS=$JOBS RUCCL_CUDA_ARCHS=90 OMP_NUM_THREADS=1
+
+say() { printf '%s\n' "$*" | tee -a "$LOG"; }
+
+# step NAME CAP FUNCTION: runs FUNCTION (a shell function of this script) in a bash
+# under `timeout`, its output in $OUT/NAME.log, and records PASS or FAIL in
+# $OUT/NAME.status.
+step() {
+  local name=$1 cap=$2 fn=$3 left t rc began why
+  left=$((BUDGET_S - ($(date +%s) - START)))
+  t=$((left < cap ? left : cap))
+  if [ "$t" -lt 10 ]; then
+    echo "FAIL no time left in the ${BUDGET_S} s budget" >"$OUT/$name.status"
+    say "FAIL $name: no time left in the ${BUDGET_S} s budget"
+    return 1
+  fi
+  began=$(date +%s)
+  timeout --kill-after=10 "$t" bash -c "set -o pipefail; $(declare -f "$fn"); $fn" >"$OUT/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "PASS $(($(date +%s) - began)) s" >"$OUT/$name.status"
+  else
+    why="exit code $rc"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="timed out after $t s"; fi
+    echo "FAIL $why, after $(($(date +%s) - began)) s" >"$OUT/$name.status"
+  fi
+  return "$rc"
+}
+
+# report NAME [LINES]: the step's verdict, its output into the log, and on a failure
+# (or when LINES is given) the last lines of its output.
+report() {
+  local name=$1 lines=${2:-0} status
+  status=$(cat "$OUT/$name.status" 2>/dev/null || echo "FAIL did not run")
+  {
+    echo "---- $name: output ----"
+    cat "$OUT/$name.log" 2>/dev/null
+    echo "---- $name: end ----"
+  } >>"$LOG"
+  say "${status%% *} $name (${status#* })"
+  case $status in FAIL*) [ "$lines" -gt 0 ] || lines=30 ;; esac
+  if [ "$lines" -gt 0 ] && [ -f "$OUT/$name.log" ]; then
+    tail -n "$lines" "$OUT/$name.log" | sed 's/^/    /'
+  fi
+}
+
+# ---- the steps (each runs in its own bash: exported variables only) ----------------------
+
+s_env() {
+  date -u
+  nvidia-smi -L || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  command -v nvcc && nvcc --version | tail -n 2
+  cmake --version | head -n 1
+  command -v ninja && ninja --version
+  "$PY" -c 'import sys, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "nccl", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")
+ok = torch.cuda.is_available()
+print("torch sees", torch.cuda.device_count(), "CUDA devices:",
+      [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+sys.exit(0 if ok else 1)'
+}
+
+s_core() {
+  local gen=Ninja
+  command -v ninja >/dev/null || gen="Unix Makefiles"
+  local args=(-S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DRUCCL_CUDA=ON -DRUCCL_CUDA_ARCHS=90)
+  if [ -f build-gpu/CMakeCache.txt ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=$gen\$" build-gpu/CMakeCache.txt; then
+    rm -rf build-gpu
+  fi
+  if ! cmake "${args[@]}"; then
+    echo "run_checks: configure failed; again without the GoogleTest suite (is GTest installed?)"
+    cmake "${args[@]}" -DRUCCL_TESTS=OFF || return 1
+    cmake --build build-gpu -j "$JOBS" || return 1
+    echo "run_checks: built without the GoogleTest suite"
+    return 1
+  fi
+  cmake --build build-gpu -j "$JOBS"
+}
+
+s_extension() {
+  RUCCL_CUDA=1 "$PY" setup.py build_ext --inplace || return 1
+  "$PY" -c 'import ruccl_pg, sys
+print("ruccl_pg", ruccl_pg.version(), "built with CUDA:", ruccl_pg.built_with_cuda())
+sys.exit(0 if ruccl_pg.built_with_cuda() else 1)'
+}
+
+s_example() {
+  [ -x build-gpu/all_reduce ] || { echo "build-gpu/all_reduce was not built"; return 1; }
+  RUCCL_DEBUG=INFO build-gpu/all_reduce --device cuda
+}
+
+s_gtest() {
+  [ -x build-gpu/ruccl_tests ] || { echo "build-gpu/ruccl_tests was not built"; return 1; }
+  build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*' --gtest_color=no | tee "$OUT/gtest.txt" || return 1
+  # a filter that matched nothing passes in GoogleTest: not here; nor do skipped CUDA
+  # tests (no usable GPU) on the machine these checks are for
+  grep -Eq '^\[  PASSED  \] [1-9][0-9]* test' "$OUT/gtest.txt" || return 1
+  if grep -q '^\[  SKIPPED \] Cuda\.' "$OUT/gtest.txt"; then
+    echo "run_checks: CUDA tests were skipped (no usable GPU?)"
+    return 1
+  fi
+}
+
+s_pytest() {
+  "$PY" -c 'import pytest' || { echo "pytest is not installed for $PY: the CUDA cases cannot run"; return 1; }
+  RUCCL_CUDA=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest tests/python/test_cuda.py -q -rs \
+    -p no:cacheprovider | tee "$OUT/pytest.txt" || return 1
+  # on the machine these checks are for, a skipped case is a check not made
+  if grep -q '^SKIPPED' "$OUT/pytest.txt"; then
+    echo "run_checks: CUDA test cases were skipped (reasons above)"
+    return 1
+  fi
+}
+
+s_perf() {
+  [ -x build-gpu/ruccl-perf ] || { echo "build-gpu/ruccl-perf was not built"; return 1; }
+  # the usage must name --device (a ruccl-perf without it would take --help as nothing
+  # and run its default sweep: hence timeout and head)
+  local usage
+  usage=$(timeout 10 build-gpu/ruccl-perf --help </dev/null 2>&1 | head -n 60)
+  if ! grep -q -- '--device' <<<"$usage"; then
+    echo "ruccl-perf does not take --device: the same-GPU number is n/a"
+    echo "n/a" >"$OUT/same_gpu_busbw"
+    return 0
+  fi
+  build-gpu/ruccl-perf -c all_reduce -n 4 --device cuda -b 268435456 -e 268435456 -w 2 -i 10 |
+    tee "$OUT/perf.txt" || return 1
+  local busbw
+  busbw=$(sed -n 's/.*busbw at [0-9]* B (out of place): \([0-9.]*\) GB\/s.*/\1/p' "$OUT/perf.txt" | tail -n 1)
+  [ -n "$busbw" ] || busbw=$(awk '$1 == 268435456 { print $8 }' "$OUT/perf.txt" | tail -n 1)
+  if ! grep -q 'Out of bounds values : 0 OK' "$OUT/perf.txt"; then
+    echo "ruccl-perf reported wrong values"
+    return 1
+  fi
+  echo "${busbw:-n/a}" >"$OUT/same_gpu_busbw"
+}
+
+s_bench() {
+  local same=n/a
+  [ -s "$OUT/same_gpu_busbw" ] && same=$(cat "$OUT/same_gpu_busbw")
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" bench/gpu_bench.py --same-gpu-busbw "$same" \
+    --json "$OUT/gpu_bench.json"
+}
+
+export ROOT OUT JOBS PY
+
+# ---- the run ------------------------------------------------------------------------------
+
+say "run_checks: $(date -u '+%F %T') UTC in $ROOT, results in $OUT, budget ${BUDGET_S} s"
+step env 60 s_env
+report env 12
+
+# the core (with its tests) and the extension build side by side
+step extension 240 s_extension &
+ext_pid=$!
+step core 240 s_core
+wait "$ext_pid"
+report core 5
+report extension 3
+
+step example 45 s_example
+report example 8
+step gtest 90 s_gtest
+report gtest 6
+step pytest 200 s_pytest
+report pytest 20
+step perf 60 s_perf
+report perf 12
+step bench 150 s_bench
+report bench 12
+
+say ""
+say "run_checks: $(($(date +%s) - START)) s in all"
+failed=0
+for name in env core extension example gtest pytest perf bench; do
+  status=$(cat "$OUT/$name.status" 2>/dev/null || echo "FAIL did not run")
+  say "  $(printf '%-10s' "$name") $status"
+  case $status in FAIL*) failed=1 ;; esac
+done
+if [ "$failed" -ne 0 ]; then
+  say "run_checks: FAILED"
+  exit 1
+fi
+say "run_checks: all steps passed"
