@@ -11,7 +11,8 @@
 #   example    build-gpu/all_reduce --device cuda, RUCCL_DEBUG=INFO
 #   gtest      build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*'
 #   pytest     tests/python/test_cuda.py (two processes on GPU 0 through torch)
-#   perf       same-GPU all-reduce of 4 ranks, 256 MB FP32, by build-gpu/ruccl-perf
+#   perf       same-GPU all-reduce of 4 ranks, 256 MB FP32, by build-gpu/ruccl-perf -d cuda,
+#              then 2 processes on GPU 0 (host-staged), 64 MB
 #              when it takes --device cuda ("n/a" otherwise)
 #   bench      bench/gpu_bench.py: the table of ruCCL's numbers next to the copy rates
 #              and gloo measured in the same run, with their targets
@@ -131,7 +132,9 @@ sys.exit(0 if ruccl_pg.built_with_cuda() else 1)'
 
 s_example() {
   [ -x build-gpu/all_reduce ] || { echo "build-gpu/all_reduce was not built"; return 1; }
-  RUCCL_DEBUG=INFO build-gpu/all_reduce --device cuda
+  RUCCL_DEBUG=INFO build-gpu/all_reduce --device cuda 2>&1 | tee "$OUT/example.txt" || return 1
+  # 4 logical ranks of one process on GPU 0: the path the agreement chose
+  grep -m1 'takes the same-device path' "$OUT/example.txt" || { echo "not the same-device path"; return 1; }
 }
 
 s_gtest() {
@@ -159,24 +162,22 @@ s_pytest() {
 
 s_perf() {
   [ -x build-gpu/ruccl-perf ] || { echo "build-gpu/ruccl-perf was not built"; return 1; }
-  # the usage must name --device (a ruccl-perf without it would take --help as nothing
-  # and run its default sweep: hence timeout and head)
-  local usage
-  usage=$(timeout 10 build-gpu/ruccl-perf --help </dev/null 2>&1 | head -n 60)
-  if ! grep -q -- '--device' <<<"$usage"; then
-    echo "ruccl-perf does not take --device: the same-GPU number is n/a"
-    echo "n/a" >"$OUT/same_gpu_busbw"
-    return 0
-  fi
-  build-gpu/ruccl-perf -c all_reduce -n 4 --device cuda -b 268435456 -e 268435456 -w 2 -i 10 |
-    tee "$OUT/perf.txt" || return 1
-  local busbw
-  busbw=$(sed -n 's/.*busbw at [0-9]* B (out of place): \([0-9.]*\) GB\/s.*/\1/p' "$OUT/perf.txt" | tail -n 1)
-  [ -n "$busbw" ] || busbw=$(awk '$1 == 268435456 { print $8 }' "$OUT/perf.txt" | tail -n 1)
-  if ! grep -q 'Out of bounds values : 0 OK' "$OUT/perf.txt"; then
-    echo "ruccl-perf reported wrong values"
+  # 4 threads on GPU 0 (the same-device path), then 2 processes on GPU 0 (host-staged);
+  # each run measures its reference copies (device-to-device, pinned) itself
+  RUCCL_DEBUG=INFO build-gpu/ruccl-perf -c all_reduce -n 4 -d cuda -b 268435456 -e 268435456 -w 2 -i 10 \
+    >"$OUT/perf.txt" 2>"$OUT/perf_debug.txt" || { cat "$OUT/perf.txt"; tail -n 20 "$OUT/perf_debug.txt"; return 1; }
+  cat "$OUT/perf.txt"
+  grep -m1 'takes the same-device path' "$OUT/perf_debug.txt" || { echo "not the same-device path"; return 1; }
+  build-gpu/ruccl-perf -c all_reduce -N 2 -n 1 -d cuda -b 67108864 -e 67108864 -w 2 -i 10 | tee "$OUT/perf_staged.txt" ||
     return 1
-  fi
+  local busbw
+  busbw=$(sed -n 's/.*busbw at [0-9]* B (out of place): \([0-9.]*\) GB\/s = .* device-to-device.*/\1/p' "$OUT/perf.txt" | tail -n 1)
+  for f in perf.txt perf_staged.txt; do
+    if ! grep -q 'Out of bounds values : 0 OK' "$OUT/$f"; then
+      echo "ruccl-perf reported wrong values ($f)"
+      return 1
+    fi
+  done
   echo "${busbw:-n/a}" >"$OUT/same_gpu_busbw"
 }
 
@@ -209,7 +210,7 @@ step gtest 90 s_gtest
 report gtest 6
 step pytest 200 s_pytest
 report pytest 20
-step perf 60 s_perf
+step perf 90 s_perf
 report perf 12
 step bench 150 s_bench
 report bench 12
