@@ -209,6 +209,29 @@ inline std::string ReductionDiff(ruccl_dtype_t dt, const Bytes &got, const Bytes
          ", want " + hex(want);
 }
 
+/* Case k over count elements (data seed `seed`) run through `reduce` on host
+   buffers: what each destination holds after it (an in-place destination is its
+   source), and what the reference says it should. */
+struct CaseRun {
+  ruccl_result_t rc = RUCCL_OK;
+  std::vector<Bytes> got, want;
+};
+
+inline CaseRun RunCase(const ReduceCase &k, size_t count, size_t seed,
+                       const std::function<ruccl_result_t(ruccl_device_reduce_t *)> &reduce) {
+  CaseRun run;
+  std::vector<Bytes> srcs = CaseSources(k, count, seed);
+  run.want = ReferenceResult(k, srcs, count);
+  std::vector<Bytes> dsts(k.ndst, Sentinel(k.dt, count));
+  std::vector<void *> sp, dp;
+  for (auto &b : srcs) sp.push_back(b.data());
+  for (auto &b : dsts) dp.push_back(b.data());
+  ruccl_device_reduce_t r = Describe(k, count, sp.data(), dp.data());
+  run.rc = reduce(&r);
+  for (unsigned d = 0; d < k.ndst; d++) run.got.push_back(AliasOf(k, d) >= 0 ? srcs[AliasOf(k, d)] : dsts[d]);
+  return run;
+}
+
 }  // namespace rt
 
 #endif

@@ -663,61 +663,16 @@ TEST(ClaimsDebugLogChild, DISABLED_Scenario) {
   }
 }
 
-struct ChildRun {
-  int status = -1;
-  std::string err, out;
-};
-
-std::string ReadFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
-
 /* Runs the child scenario with RUCCL_DEBUG set to `debug` (nullptr: unset). */
 ChildRun RunChild(const char *debug) {
-  ChildRun run;
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len <= 0) return run;
+  if (len <= 0) return ChildRun{};
   self[len] = 0;
-  char err_path[] = "/tmp/ruccl_claims_err_XXXXXX", out_path[] = "/tmp/ruccl_claims_out_XXXXXX";
-  int err_fd = mkstemp(err_path), out_fd = mkstemp(out_path);
-  if (err_fd < 0 || out_fd < 0) return run;
-  std::vector<std::string> env;
-  for (char **e = environ; *e; e++)
-    if (std::strncmp(*e, "RUCCL_DEBUG=", 12) != 0 && std::strncmp(*e, "GTEST_", 6) != 0) env.push_back(*e);
-  env.push_back(std::string(kChildEnv) + "=1");
-  if (debug) env.push_back(std::string("RUCCL_DEBUG=") + debug);
-  std::vector<std::string> args = {self, "--gtest_filter=ClaimsDebugLogChild.DISABLED_Scenario",
-                                   "--gtest_also_run_disabled_tests"};
-  std::vector<char *> argv, envp;
-  for (auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto &e : env) envp.push_back(const_cast<char *>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  pid_t pid = -1;
-  int spawned = posix_spawn(&pid, self, &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(err_fd);
-  close(out_fd);
-  if (spawned == 0) {
-    int st = 0;
-    bool done = WaitFor([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 90000);
-    if (!done) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-    }
-    run.status = done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-  run.err = ReadFile(err_path);
-  run.out = ReadFile(out_path);
-  unlink(err_path);
-  unlink(out_path);
-  return run;
+  std::vector<std::string> add = {std::string(kChildEnv) + "=1"};
+  if (debug) add.push_back(std::string("RUCCL_DEBUG=") + debug);
+  return RunProgram({self, "--gtest_filter=ClaimsDebugLogChild.DISABLED_Scenario", "--gtest_also_run_disabled_tests"},
+                    {"RUCCL_DEBUG=", "GTEST_"}, add);
 }
 
 std::vector<std::string> Lines(const std::string &s) {

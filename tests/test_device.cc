@@ -134,16 +134,12 @@ TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
   int failures = 0;
   for (size_t c = 0; c < cases.size() && failures < 10; c++) {
     const ReduceCase &k = cases[c];
-    std::vector<Bytes> srcs = CaseSources(k, count, c), want = ReferenceResult(k, srcs, count);
-    std::vector<Bytes> dsts(k.ndst, Sentinel(k.dt, count));
-    std::vector<void *> sp, dp;
-    for (auto &b : srcs) sp.push_back(b.data());
-    for (auto &b : dsts) dp.push_back(b.data());
-    ruccl_device_reduce_t r = Describe(k, count, sp.data(), dp.data());
-    ruccl_cuda_reduce_on_host(&r);
+    CaseRun run = RunCase(k, count, c, [](ruccl_device_reduce_t *r) {
+      ruccl_cuda_reduce_on_host(r);
+      return RUCCL_OK;
+    });
     for (unsigned d = 0; d < k.ndst; d++) {
-      const Bytes &got = AliasOf(k, d) >= 0 ? srcs[AliasOf(k, d)] : dsts[d];
-      std::string diff = ReductionDiff(k.dt, got, want[d], ArithmeticNaNs(k));
+      std::string diff = ReductionDiff(k.dt, run.got[d], run.want[d], ArithmeticNaNs(k));
       if (!diff.empty()) {
         ADD_FAILURE() << CaseName(k) << ", destination " << d << ": " << diff;
         failures++;
@@ -218,17 +214,10 @@ TEST(DeviceCpuAdapter, ReduceIsTheReference) {
   std::vector<ReduceCase> cases = AllReduceCases();
   for (size_t c = 0; c < cases.size(); c += 7) { /* a spread of the grid */
     const ReduceCase &k = cases[c];
-    std::vector<Bytes> srcs = CaseSources(k, count, c), want = ReferenceResult(k, srcs, count);
-    std::vector<Bytes> dsts(k.ndst, Sentinel(k.dt, count));
-    std::vector<void *> sp, dp;
-    for (auto &b : srcs) sp.push_back(b.data());
-    for (auto &b : dsts) dp.push_back(b.data());
-    ruccl_device_reduce_t r = Describe(k, count, sp.data(), dp.data());
-    ASSERT_EQ(RUCCL_OK, ruccl_cpu_adapter.reduce(Cpu(), nullptr, &r)) << CaseName(k);
-    for (unsigned d = 0; d < k.ndst; d++) {
-      const Bytes &got = AliasOf(k, d) >= 0 ? srcs[AliasOf(k, d)] : dsts[d];
-      EXPECT_EQ("", ByteDiff(got, want[d], ElemSize(k.dt))) << CaseName(k) << ", destination " << d;
-    }
+    CaseRun run = RunCase(k, count, c, [](ruccl_device_reduce_t *r) { return ruccl_cpu_adapter.reduce(Cpu(), nullptr, r); });
+    ASSERT_EQ(RUCCL_OK, run.rc) << CaseName(k);
+    for (unsigned d = 0; d < k.ndst; d++)
+      EXPECT_EQ("", ByteDiff(run.got[d], run.want[d], ElemSize(k.dt))) << CaseName(k) << ", destination " << d;
   }
 }
 
@@ -378,54 +367,24 @@ TEST(DeviceRefusal, CollectiveWithAnUnusableCudaTensorFailsOnEveryPeer) {
 /* ================================================== the example program */
 
 #ifdef RUCCL_EXAMPLE_ALL_REDUCE_BIN
-struct ChildRun {
-  int status = -1; /* the exit status; -1: killed, crashed or not started */
-  std::string output; /* stdout and stderr */
+/* The example as a child process; its stdout and stderr together (RUCCL_EXAMPLE_DEVICE
+   is not passed on: the arguments say which device). */
+struct ExampleRun {
+  int status = -1;
+  std::string output;
 };
 
-ChildRun RunExample(const std::vector<std::string> &args) {
-  ChildRun run;
-  char path[] = "/tmp/ruccl_example_XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return run;
+ExampleRun RunExample(const std::vector<std::string> &args) {
   std::vector<std::string> all = {RUCCL_EXAMPLE_ALL_REDUCE_BIN};
   all.insert(all.end(), args.begin(), args.end());
-  std::vector<char *> argv;
-  for (auto &a : all) argv.push_back(const_cast<char *>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char **e = environ; *e; e++)
-    if (std::strncmp(*e, "RUCCL_EXAMPLE_DEVICE=", 21) != 0) env.push_back(*e);
-  std::vector<char *> envp;
-  for (auto &e : env) envp.push_back(const_cast<char *>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, fd, 2);
-  pid_t pid = -1;
-  int spawned = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(fd);
-  if (spawned == 0) {
-    int st = 0;
-    bool done = WaitFor([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 90000);
-    if (!done) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-    }
-    run.status = done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  }
-  std::ifstream f(path);
-  run.output.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  unlink(path);
-  return run;
+  ChildRun c = RunProgram(all, {"RUCCL_EXAMPLE_DEVICE="});
+  return {c.status, c.out + c.err};
 }
 
 TEST(DeviceExample, CudaRunsOnAGpuAndIsRefusedClearlyElsewhere) {
   std::string why;
   bool gpu = CudaUsable(&why);
-  ChildRun run = RunExample({"--device", "cuda"});
+  ExampleRun run = RunExample({"--device", "cuda"});
   if (gpu) {
     EXPECT_EQ(0, run.status) << run.output;
     EXPECT_NE(std::string::npos, run.output.find("on cuda:0: sum, mean")) << run.output;
@@ -439,10 +398,10 @@ TEST(DeviceExample, CudaRunsOnAGpuAndIsRefusedClearlyElsewhere) {
 }
 
 TEST(DeviceExample, CpuByFlagAndBadArguments) {
-  ChildRun cpu = RunExample({"--device", "cpu"});
+  ExampleRun cpu = RunExample({"--device", "cpu"});
   EXPECT_EQ(0, cpu.status) << cpu.output;
   EXPECT_NE(std::string::npos, cpu.output.find("on cpu: sum, mean")) << cpu.output;
-  ChildRun bad = RunExample({"--device", "tpu"});
+  ExampleRun bad = RunExample({"--device", "tpu"});
   EXPECT_EQ(2, bad.status) << bad.output;
   EXPECT_NE(std::string::npos, bad.output.find("usage")) << bad.output;
 }

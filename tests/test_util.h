@@ -14,6 +14,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
+#include <fstream>
+#include <iterator>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -72,6 +78,8 @@ inline void PrintTo(ruccl_result_t r, std::ostream *os) {
   else
     *os << "ruccl_result_t(" << static_cast<int>(r) << ")";
 }
+
+extern char **environ;
 
 namespace rt {
 
@@ -614,6 +622,59 @@ inline bool WaitFor(const std::function<bool()> &pred, int64_t timeout_ms = kTim
     SleepMs(1);
   }
   return true;
+}
+
+/* A program run to its end, its output captured. */
+struct ChildRun {
+  int status = -1;  /* the exit status; -1: killed, crashed or not started */
+  std::string out, err;
+};
+
+/* Runs args[0] with args, in this process's environment less the variables whose
+   names start with one of `drop`, plus `add` ("NAME=value"); waits at most
+   timeout_ms, then kills it. */
+inline ChildRun RunProgram(const std::vector<std::string> &args, const std::vector<std::string> &drop = {},
+                           const std::vector<std::string> &add = {}, int64_t timeout_ms = 90000) {
+  ChildRun run;
+  char err_path[] = "/tmp/ruccl_child_err_XXXXXX", out_path[] = "/tmp/ruccl_child_out_XXXXXX";
+  int err_fd = mkstemp(err_path), out_fd = mkstemp(out_path);
+  if (err_fd < 0 || out_fd < 0) return run;
+  std::vector<std::string> env;
+  for (char **e = environ; *e; e++) {
+    bool keep = true;
+    for (const auto &d : drop) keep = keep && std::strncmp(*e, d.c_str(), d.size()) != 0;
+    if (keep) env.push_back(*e);
+  }
+  env.insert(env.end(), add.begin(), add.end());
+  std::vector<char *> argv, envp;
+  for (auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto &e : env) envp.push_back(const_cast<char *>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+  pid_t pid = -1;
+  int spawned = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(err_fd);
+  close(out_fd);
+  if (spawned == 0) {
+    int st = 0;
+    bool done = WaitFor([&] { return waitpid(pid, &st, WNOHANG) == pid; }, timeout_ms);
+    if (!done) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+    }
+    run.status = done && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  for (auto [path, text] : {std::pair<const char *, std::string *>{err_path, &run.err}, {out_path, &run.out}}) {
+    std::ifstream f(path, std::ios::binary);
+    text->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    unlink(path);
+  }
+  return run;
 }
 
 /* One all-reduce of the suite's test data on this peer, checked against the

@@ -64,39 +64,25 @@ static ruccl_result_t cpu_enter(ruccl_device_t dev, int *saved) {
 
 static void cpu_leave(int saved) { (void)saved; }
 
-const ruccl_device_adapter_t ruccl_cpu_adapter = {
-    .name = "cpu",
-    .host_accessible = 1,
-    .check = cpu_check,
-    .uuid = cpu_uuid,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .stream_wait = cpu_stream_wait,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
-    .copy = cpu_copy,
-    .reduce = cpu_reduce,
-    .enter = cpu_enter,
-    .leave = cpu_leave,
-};
+#define CPU_FUNCTIONS                    \
+  .check = cpu_check,                    \
+  .uuid = cpu_uuid,                      \
+  .stream_create = cpu_stream_create,    \
+  .stream_destroy = cpu_stream_destroy,  \
+  .stream_wait = cpu_stream_wait,        \
+  .host_alloc = cpu_host_alloc,          \
+  .host_free = cpu_host_free,            \
+  .copy = cpu_copy,                      \
+  .reduce = cpu_reduce,                  \
+  .enter = cpu_enter,                    \
+  .leave = cpu_leave
+
+const ruccl_device_adapter_t ruccl_cpu_adapter = {.name = "cpu", .host_accessible = 1, CPU_FUNCTIONS};
 
 /* The CPU adapter as if the host could not reach its memory: the tests of the
    host-staged path (ruccl_testing_pretend_devices(3)). */
-static const ruccl_device_adapter_t cpu_staged_adapter = {
-    .name = "cpu (staged, for tests)",
-    .host_accessible = 0,
-    .check = cpu_check,
-    .uuid = cpu_uuid,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .stream_wait = cpu_stream_wait,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
-    .copy = cpu_copy,
-    .reduce = cpu_reduce,
-    .enter = cpu_enter,
-    .leave = cpu_leave,
-};
+static const ruccl_device_adapter_t cpu_staged_adapter = {.name = "cpu (staged, for tests)", .host_accessible = 0,
+                                                          CPU_FUNCTIONS};
 
 const ruccl_device_adapter_t *ruccl_device_adapter(ruccl_device_kind_t kind) {
   switch (kind) {
