@@ -48,12 +48,18 @@ typedef struct {
   int32_t sender_pos; /* broadcast: the one sender's team position */
   int32_t failures;   /* peers that reported a local error */
   int32_t path;       /* ruccl_path_t every peer takes */
-  int32_t nccl_new;   /* NCCL path: connect with nccl_id first */
+  int32_t nccl_new;   /* NCCL path: connect with the id in the extras first */
   int32_t sliced;     /* host-staged path: in slices (execute_sliced) */
+  int32_t extras;     /* a coll_extras_t follows the verdict */
   char message[VERDICT_MAX];
+} coll_verdict_t;
+
+/* What follows a verdict only when the path changed or NCCL connects: the verdict
+   itself stays small, for it travels with every collective. */
+typedef struct {
   char path_why[96];
   ruccl_nccl_unique_id_t nccl_id;
-} coll_verdict_t;
+} coll_extras_t;
 
 const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
   static const char *const names[RUCCL_COLL_NUM_KINDS] = {"all_reduce", "broadcast",      "reduce",
@@ -327,7 +333,7 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
 
 /* The data path of an agreed call (device/path.h), with a new NCCL unique id when
    the path is NCCL and the communicators are not yet connected.  Runs on the judge. */
-static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t *v) {
+static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t *v, coll_extras_t *x) {
   unsigned n = c->group->n_total;
   int any_device = 0;
   for (unsigned i = 0; i < n && !any_device; i++) any_device = all[i].facts.device_kind != RUCCL_DEVICE_CPU;
@@ -336,24 +342,24 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
   ruccl_path_facts_t *facts = malloc(sizeof *facts * n);
   if (!facts) {
     v->path = RUCCL_PATH_HOST_STAGED;
-    snprintf(v->path_why, sizeof v->path_why, "no memory to weigh the paths");
+    snprintf(x->path_why, sizeof x->path_why, "no memory to weigh the paths");
     return;
   }
   for (unsigned i = 0; i < n; i++) facts[i] = all[i].facts;
   int own_dtype = !kind_reduces(all[0].kind) ||
                   ruccl_compute_dtype((ruccl_dtype_t)all[0].dtype, (ruccl_reduce_op_t)all[0].op) == (ruccl_dtype_t)all[0].dtype;
-  v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, v->path_why, sizeof v->path_why);
+  v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, x->path_why, sizeof x->path_why);
   free(facts);
   int32_t kind = all[0].kind;
   v->sliced = v->path == RUCCL_PATH_HOST_STAGED && own_dtype &&
               (kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE);
   if (v->path == RUCCL_PATH_NCCL && !c->nccl_comm) {
     const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
-    if (nc && nc->get_unique_id(&v->nccl_id) == RUCCL_NCCL_SUCCESS) {
+    if (nc && nc->get_unique_id(&x->nccl_id) == RUCCL_NCCL_SUCCESS) {
       v->nccl_new = 1;
     } else {
       v->path = RUCCL_PATH_HOST_STAGED;
-      snprintf(v->path_why, sizeof v->path_why, "NCCL could not make a unique id");
+      snprintf(x->path_why, sizeof x->path_why, "NCCL could not make a unique id");
     }
   }
 }
@@ -364,18 +370,20 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
    descriptor, by global index, in *all_out (NULL elsewhere).  vote: the round only
    collects local errors (after an NCCL launch), without choosing a path. */
 static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                            const coll_desc_t *mine, int vote, coll_verdict_t *out, const coll_desc_t **all_out,
-                            int *transport_failed) {
+                            const coll_desc_t *mine, int vote, coll_verdict_t *out, coll_extras_t *x,
+                            const coll_desc_t **all_out, int *transport_failed) {
   *transport_failed = 1;
   const ruccl_group_t *g = c->group;
   coll_verdict_t *v = out;
   memset(v, 0, sizeof *v);
+  x->path_why[0] = 0;
   if (all_out) *all_out = NULL;
   unsigned n_local = local->n;
   ruccl_result_t rc;
   if (local->me != 0) {
     rc = ruccl_team_send(local, 0, mine, sizeof *mine);
     if (rc == RUCCL_OK) rc = ruccl_team_recv(local, 0, v, sizeof *v);
+    if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(local, 0, x, sizeof *x);
     if (rc != RUCCL_OK) return rc;
   } else {
     /* slot 3 holds every descriptor: this node's first, then (node 0) all by global index */
@@ -391,6 +399,7 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
     if (net && net->me != 0) {
       rc = ruccl_team_send(net, 0, node, node_bytes);
       if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, v, sizeof *v);
+      if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(net, 0, x, sizeof *x);
       if (rc != RUCCL_OK) return rc;
     } else {
       for (unsigned k = 0; k < g->num_nodes; k++) {
@@ -408,14 +417,19 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
         if (all[p].sender) v->sender_pos = (int32_t)p;
         v->failures += all[p].local_error != RUCCL_OK;
       }
-      if (v->code == RUCCL_OK && !vote) decide_path(c, all, v);
+      if (v->code == RUCCL_OK && !vote) {
+        decide_path(c, all, v, x);
+        v->extras = v->nccl_new || v->path != c->last_path; /* every peer has the same last path */
+      }
       if (all_out) *all_out = all;
       if (net) {
         rc = ruccl_team_send_all(net, v, sizeof *v);
+        if (rc == RUCCL_OK && v->extras) rc = ruccl_team_send_all(net, x, sizeof *x);
         if (rc != RUCCL_OK) return rc;
       }
     }
     rc = ruccl_team_send_all(local, v, sizeof *v);
+    if (rc == RUCCL_OK && v->extras) rc = ruccl_team_send_all(local, x, sizeof *x);
     if (rc != RUCCL_OK) return rc;
   }
   *transport_failed = 0;
@@ -679,12 +693,12 @@ static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_reques
    communicators and the session breaks, with the same code everywhere. */
 static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
                                 const ruccl_request_t *r, const coll_desc_t *desc, const coll_verdict_t *v,
-                                int *usable) {
+                                const coll_extras_t *x, int *usable) {
   ruccl_device_call_t call = device_call(c, r, desc, (unsigned)v->sender_pos);
   int root_only_out = r->kind == RUCCL_COLL_REDUCE && r->root_peer != c->peer_id;
   void *out = root_only_out ? NULL : r->out->data;
   ruccl_result_t rc = RUCCL_OK;
-  if (v->nccl_new) rc = ruccl_nccl_connect(c, &v->nccl_id, call.device, local->deadline_ns);
+  if (v->nccl_new) rc = ruccl_nccl_connect(c, &x->nccl_id, call.device, local->deadline_ns);
   if (rc == RUCCL_OK) rc = ruccl_nccl_launch(c, &call, r->in ? r->in->data : NULL, out);
   coll_desc_t mine = *desc;
   mine.local_error = (int32_t)rc;
@@ -699,7 +713,9 @@ static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, cons
     vote_net = *net;
     vote_net.deadline_ns = vote_local.deadline_ns;
   }
-  ruccl_result_t voted = agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &vote, NULL, &transport_failed);
+  coll_extras_t none;
+  ruccl_result_t voted =
+      agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &vote, &none, NULL, &transport_failed);
   if (voted != RUCCL_OK) {
     *usable = !transport_failed && vote.failures == (int32_t)c->group->n_total;
     if (!*usable) ruccl_nccl_abort(c);
@@ -749,9 +765,10 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
     }
   }
   coll_verdict_t verdict;
+  coll_extras_t extras;
   const coll_desc_t *all = NULL;
   int transport_failed = 0;
-  rc = agree(c, &team, net, &desc, 0, &verdict, &all, &transport_failed);
+  rc = agree(c, &team, net, &desc, 0, &verdict, &extras, &all, &transport_failed);
   c->seq++;
   if (rc != RUCCL_OK) {
     /* A verdict leaves the session as it was.  A failed exchange leaves peers blocked
@@ -763,7 +780,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
   if (verdict.path != c->last_path) {
     ruccl_log(2, "peer %u: %s #%" PRIu64 " takes the %s path: %s", c->peer_id, ruccl_coll_kind_name(r->kind),
               c->seq - 1, ruccl_path_name((ruccl_path_t)verdict.path),
-              verdict.path == RUCCL_PATH_HOST ? "every tensor is in host memory" : verdict.path_why);
+              verdict.path == RUCCL_PATH_HOST ? "every tensor is in host memory" : extras.path_why);
     c->last_path = verdict.path;
   }
   ruccl_testing_path_taken(verdict.path);
@@ -776,7 +793,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
       rc = ruccl_same_device_run(c, &team, &call, ptrs, team.deadline_ns);
       break;
     }
-    case RUCCL_PATH_NCCL: rc = nccl_path(c, &team, net, r, &desc, &verdict, &usable); break;
+    case RUCCL_PATH_NCCL: rc = nccl_path(c, &team, net, r, &desc, &verdict, &extras, &usable); break;
     default:
       if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = (unsigned)verdict.sender_pos;
       if (verdict.sliced) {
