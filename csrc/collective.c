@@ -331,6 +331,18 @@ static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
   return RUCCL_OK;
 }
 
+/* RUCCL_PATH (the judge's): a data path asked for, or -1 (auto). */
+static int wanted_path(void) {
+  const char *name = getenv("RUCCL_PATH");
+  int p = ruccl_path_parse(name);
+  if (p == -2) {
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1)) ruccl_log(1, "RUCCL_PATH=%s is no path (auto, host-staged, same-device, nccl)", name);
+    p = -1;
+  }
+  return p;
+}
+
 /* The data path of an agreed call (device/path.h), with a new NCCL unique id when
    the path is NCCL and the communicators are not yet connected.  Runs on the judge. */
 static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t *v, coll_extras_t *x) {
@@ -348,7 +360,7 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
   for (unsigned i = 0; i < n; i++) facts[i] = all[i].facts;
   int own_dtype = !kind_reduces(all[0].kind) ||
                   ruccl_compute_dtype((ruccl_dtype_t)all[0].dtype, (ruccl_reduce_op_t)all[0].op) == (ruccl_dtype_t)all[0].dtype;
-  v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, x->path_why, sizeof x->path_why);
+  v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, wanted_path(), x->path_why, sizeof x->path_why);
   free(facts);
   int32_t kind = all[0].kind;
   v->sliced = v->path == RUCCL_PATH_HOST_STAGED && own_dtype &&

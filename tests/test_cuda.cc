@@ -1,8 +1,9 @@
 /* test_cuda.cc — the CUDA adapter on a GPU (built only with RUCCL_HAVE_CUDA; every
    test skips, saying why, where cuda:0 is not usable): the reduction kernel equals
    the host reference over the whole case grid, copies of every kind round-trip,
-   stream_wait honours its deadline, and four peers registered on cuda:0 all-reduce
-   FP32 and BF16 tensors in GPU memory (the host-staged path of collective.c).
+   stream_wait honours its deadline, four peers registered on cuda:0 all-reduce FP32
+   and BF16 tensors in GPU memory (the same-device path, and the host-staged one
+   asked for with RUCCL_PATH), and one peer all-reduces through NCCL.
    Bit for bit, except the sign and payload of a NaN made by arithmetic (SUM, PROD,
    MEAN; a GPU makes its canonical NaN): there only NaN-ness is compared. */
 #include <cuda_runtime_api.h>
@@ -12,6 +13,9 @@
 #include "device_cases.h"
 
 extern "C" {
+#include "device/nccl_loader.h"
+#include "device/path.h"
+#include "testing.h"
 #include "transport.h" /* ruccl_deadline_after_ms */
 }
 
@@ -210,10 +214,13 @@ TEST(Cuda, StreamWaitHonoursItsDeadline) {
 }
 
 /* Four peers on cuda:0, tensors in GPU memory: the host-staged all-reduce. */
-TEST(Cuda, FourPeersOnOneGpuAllReduce) {
-  REQUIRE_GPU();
-  const std::vector<uint32_t> ids = ScatteredIds(4);
-  const ruccl_config_t cfg = MakeConfig(4, Ring());
+/* Peers `ids`, threads of this process on cuda:0, all-reduce FP32 and BF16 tensors in
+   GPU memory; every collective must take `path` (RUCCL_PATH set to `asked`, or
+   unset). */
+void AllReduceOnGpu0(const std::vector<uint32_t> &ids, const char *asked, ruccl_path_t path) {
+  if (asked) setenv("RUCCL_PATH", asked, 1);
+  uint64_t before = ruccl_testing_path_count(path);
+  const ruccl_config_t cfg = MakeConfig(static_cast<unsigned>(ids.size()), Ring());
   struct Step {
     ruccl_dtype_t dt;
     ruccl_reduce_op_t op;
@@ -260,11 +267,69 @@ TEST(Cuda, FourPeersOnOneGpuAllReduce) {
     });
   }
   for (auto &t : threads) t.join();
+  unsetenv("RUCCL_PATH");
   for (size_t i = 0; i < ids.size(); i++) {
     EXPECT_EQ(RUCCL_OK, reg[i]) << "peer " << ids[i];
     EXPECT_EQ(RUCCL_OK, fin[i]) << "peer " << ids[i];
   }
   EXPECT_TRUE(probs.None());
+  EXPECT_EQ(ruccl_testing_path_count(path) - before, steps.size() * ids.size())
+      << "not every collective took the " << ruccl_path_name(path) << " path";
+}
+
+TEST(Cuda, FourPeersOnOneGpuAllReduceOnTheDevice) {
+  REQUIRE_GPU();
+  AllReduceOnGpu0(ScatteredIds(4), nullptr, RUCCL_PATH_SAME_DEVICE);
+}
+
+TEST(Cuda, FourPeersOnOneGpuAllReduceThroughPinnedMemory) {
+  REQUIRE_GPU();
+  AllReduceOnGpu0(ScatteredIds(4), "host-staged", RUCCL_PATH_HOST_STAGED);
+}
+
+/* NCCL at world size 1 (the one NCCL session one GPU allows): its loading, set-up,
+   launch and completion; float32 goes through NCCL, bfloat16 (computed in float32)
+   does not.  The NCCL is RUCCL_NCCL_LIBRARY's, else one found by the loader. */
+TEST(Cuda, OnePeerThroughNccl) {
+  REQUIRE_GPU();
+  ASSERT_NE(ruccl_nccl(nullptr), nullptr) << "no usable NCCL: " << ruccl_nccl_unavailable_reason();
+  uint64_t staged = ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE);
+  setenv("RUCCL_PATH", "nccl", 1);
+  ruccl_config_t cfg = MakeConfig(1);
+  ruccl_comm_t *comm = nullptr;
+  ASSERT_EQ(RUCCL_OK, ruccl_register(0, Gpu0(), &cfg, &comm)) << ruccl_last_error();
+  uint64_t nccl = ruccl_testing_path_count(RUCCL_PATH_NCCL);
+  for (ruccl_reduce_op_t op : {RUCCL_SUM, RUCCL_MEAN, RUCCL_MAX}) {
+    size_t count = 4099, bytes = count * 4;
+    Bytes in = FillInput(RUCCL_FLOAT32, op, 0, count), out(bytes);
+    DeviceBuffer din(bytes), dout(bytes);
+    ASSERT_TRUE(din.p && dout.p);
+    cudaMemcpy(din.p, in.data(), bytes, cudaMemcpyHostToDevice);
+    ruccl_tensor_t tin = Vec(in, RUCCL_FLOAT32, count);
+    tin.data = din.p;
+    tin.device = Gpu0();
+    ruccl_tensor_t tout = tin;
+    tout.data = dout.p;
+    ASSERT_EQ(RUCCL_OK, ruccl_all_reduce(comm, &tin, &tout, op)) << ruccl_last_error();
+    cudaMemcpy(out.data(), dout.p, bytes, cudaMemcpyDeviceToHost);
+    EXPECT_EQ("", CompareElems(RUCCL_FLOAT32, out, ExpectedReduce(RUCCL_FLOAT32, op, {0}, count))) << OpName(op);
+  }
+  EXPECT_EQ(3u, ruccl_testing_path_count(RUCCL_PATH_NCCL) - nccl);
+  // bfloat16 sums in float32: NCCL cannot carry that; the same-device path does
+  size_t count = 513, bytes = count * 2;
+  Bytes in = FillInput(RUCCL_BFLOAT16, RUCCL_SUM, 0, count), out(bytes);
+  DeviceBuffer din(bytes);
+  ASSERT_TRUE(din.p);
+  cudaMemcpy(din.p, in.data(), bytes, cudaMemcpyHostToDevice);
+  ruccl_tensor_t t = Vec(in, RUCCL_BFLOAT16, count);
+  t.data = din.p;
+  t.device = Gpu0();
+  EXPECT_EQ(RUCCL_OK, ruccl_all_reduce(comm, &t, &t, RUCCL_SUM)) << ruccl_last_error();
+  cudaMemcpy(out.data(), din.p, bytes, cudaMemcpyDeviceToHost);
+  EXPECT_EQ("", CompareElems(RUCCL_BFLOAT16, out, ExpectedReduce(RUCCL_BFLOAT16, RUCCL_SUM, {0}, count)));
+  EXPECT_EQ(1u, ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE) - staged);
+  unsetenv("RUCCL_PATH");
+  EXPECT_EQ(RUCCL_OK, ruccl_finish(comm));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct PathRow {
   int own_dtype;
   ruccl_path_t want;
   const char *why_has;
+  int wanted = -1; /* RUCCL_PATH */
 };
 
 TEST(DevicePath, ChosenFromTheFacts) {
@@ -71,10 +72,26 @@ TEST(DevicePath, ChosenFromTheFacts) {
   };
   std::vector<ruccl_path_facts_t> many(RUCCL_DEVICE_REDUCE_MAX + 1, Facts(kCuda, 1, 0));
   rows.push_back({"65 threads on one GPU", many, 1, RUCCL_PATH_HOST_STAGED, "more than"});
+  // RUCCL_PATH: taken where the path can carry the call, else said why not
+  const int nccl = RUCCL_PATH_NCCL, staged = RUCCL_PATH_HOST_STAGED, same = RUCCL_PATH_SAME_DEVICE;
+  rows.push_back({"one rank, NCCL asked", {Facts(kCuda, 1, 0)}, 1, RUCCL_PATH_NCCL, "RUCCL_PATH=nccl", nccl});
+  rows.push_back({"one rank, NCCL asked, float16 sum", {Facts(kCuda, 1, 0)}, 0, RUCCL_PATH_SAME_DEVICE,
+                  "RUCCL_PATH=nccl cannot carry this call: the reduction runs in a wider dtype", nccl});
+  rows.push_back({"2 processes on GPU 0, NCCL asked", {Facts(kCuda, 1, 0), Facts(kCuda, 1, 1)}, 1,
+                  RUCCL_PATH_HOST_STAGED, "RUCCL_PATH=nccl cannot carry this call: participants 0 and 1 share a GPU",
+                  nccl});
+  rows.push_back({"2 GPUs, staging asked", {Facts(kCuda, 1, 0), Facts(kCuda, 2, 1)}, 1, RUCCL_PATH_HOST_STAGED,
+                  "RUCCL_PATH=host-staged", staged});
+  rows.push_back({"4 threads on GPU 0, staging asked", {Facts(kCuda, 1, 0), Facts(kCuda, 1, 0)}, 1,
+                  RUCCL_PATH_HOST_STAGED, "RUCCL_PATH=host-staged", staged});
+  rows.push_back({"host tensors, NCCL asked", {Facts(kCpu, 0, 0), Facts(kCpu, 0, 1)}, 1, RUCCL_PATH_HOST,
+                  "RUCCL_PATH=nccl cannot carry this call; every tensor is in host memory", nccl});
+  rows.push_back({"2 GPUs, same-device asked", {Facts(kCuda, 1, 0), Facts(kCuda, 2, 1)}, 1, RUCCL_PATH_NCCL,
+                  "RUCCL_PATH=same-device cannot carry this call; 2 GPUs", same});
   for (const auto &row : rows) {
     char why[96] = "";
     ruccl_path_t got = ruccl_choose_path(row.facts.data(), static_cast<unsigned>(row.facts.size()), row.own_dtype,
-                                         why, sizeof why);
+                                         row.wanted, why, sizeof why);
     EXPECT_EQ(got, row.want) << row.what << ": got " << ruccl_path_name(got) << " (" << why << ")";
     EXPECT_NE(std::string(why).find(row.why_has), std::string::npos) << row.what << ": " << why;
   }
@@ -453,6 +470,17 @@ TEST_F(NcclPath, ASetUpThatNeverCompletesTimesOut) {
     EXPECT_EQ(got.first[t], RUCCL_ERR_TIMEOUT) << t << ": " << got.first_error[t];
     EXPECT_NE(got.first_error[t].find("communicator set-up"), std::string::npos) << "[" << got.first_error[t] << "]";
   }
+}
+
+TEST_F(NcclPath, RucclPathAsksForHostStaging) {
+  setenv("RUCCL_PATH", "host-staged", 1);
+  PathCounts before;
+  Stats s0 = Now();
+  TwoCalls got = RunTwo(kTimeoutMs);
+  unsetenv("RUCCL_PATH");
+  for (size_t t = 0; t < 3; t++) EXPECT_EQ(got.first[t], RUCCL_OK);
+  EXPECT_EQ(before.Since(RUCCL_PATH_HOST_STAGED), 6u);
+  EXPECT_EQ(Now().ops, s0.ops);
 }
 
 TEST_F(NcclPath, WithoutAUsableNcclTheDataGoesThroughHostMemory) {

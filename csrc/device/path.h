@@ -30,8 +30,14 @@ typedef struct {
 
 /* facts[i] of participant i (peer order).  own_dtype: the call reduces in its own
    dtype, or only moves data (NCCL reduces float16 in float16 and int8 MEAN in int8,
-   which is not ruCCL's arithmetic).  why: a short reason (cap bytes). */
-ruccl_path_t ruccl_choose_path(const ruccl_path_facts_t *facts, unsigned n, int own_dtype, char *why, size_t cap);
+   which is not ruCCL's arithmetic).  wanted: a path asked for (RUCCL_PATH), taken
+   where it can carry the call (NCCL instead of the same-device path for one rank, the
+   host-staged path instead of either), else -1; the reason says when it could not.
+   why: a short reason (cap bytes). */
+ruccl_path_t ruccl_choose_path(const ruccl_path_facts_t *facts, unsigned n, int own_dtype, int wanted, char *why,
+                               size_t cap);
 const char *ruccl_path_name(ruccl_path_t path);
+/* A path's name (or "auto": -1) as ruccl_choose_path's wanted; -2 for no path's name. */
+int ruccl_path_parse(const char *name);
 
 #endif

@@ -9,11 +9,12 @@
 #   extension  ruccl_pg built in place with CUDA (RUCCL_CUDA=1 setup.py build_ext),
 #              alongside the core
 #   example    build-gpu/all_reduce --device cuda, RUCCL_DEBUG=INFO
-#   gtest      build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*'
+#   gtest      build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*' (Cuda.OnePeerThroughNccl:
+#              NCCL at world size 1, with torch's libnccl as RUCCL_NCCL_LIBRARY)
 #   pytest     tests/python/test_cuda.py (two processes on GPU 0 through torch)
 #   perf       same-GPU all-reduce of 4 ranks, 256 MB FP32, by build-gpu/ruccl-perf -d cuda,
-#              then 2 processes on GPU 0 (host-staged), 64 MB
-#              when it takes --device cuda ("n/a" otherwise)
+#              then 2 processes on GPU 0 asking for NCCL (RUCCL_PATH=nccl): they must
+#              fall back to host staging and say why; 64 MB
 #   bench      bench/gpu_bench.py: the table of ruCCL's numbers next to the copy rates
 #              and gloo measured in the same run, with their targets
 #
@@ -137,8 +138,21 @@ s_example() {
   grep -m1 'takes the same-device path' "$OUT/example.txt" || { echo "not the same-device path"; return 1; }
 }
 
+# The NCCL that torch's wheel brought (not on the loader's path by itself), for the
+# programs that do not load torch.
+nccl_library() {
+  "$PY" -c 'import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+found = [p for d in dirs for p in sorted(glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*")) +
+                                          glob.glob(os.path.join(d, "torch", "lib", "libnccl.so*")))]
+print(found[0] if found else "")'
+}
+
 s_gtest() {
   [ -x build-gpu/ruccl_tests ] || { echo "build-gpu/ruccl_tests was not built"; return 1; }
+  RUCCL_NCCL_LIBRARY=${RUCCL_NCCL_LIBRARY:-$(nccl_library)}
+  export RUCCL_NCCL_LIBRARY
+  echo "RUCCL_NCCL_LIBRARY=$RUCCL_NCCL_LIBRARY"
   build-gpu/ruccl_tests --gtest_filter='Cuda*:Device*' --gtest_color=no | tee "$OUT/gtest.txt" || return 1
   # a filter that matched nothing passes in GoogleTest: not here; nor do skipped CUDA
   # tests (no usable GPU) on the machine these checks are for
@@ -168,8 +182,13 @@ s_perf() {
     >"$OUT/perf.txt" 2>"$OUT/perf_debug.txt" || { cat "$OUT/perf.txt"; tail -n 20 "$OUT/perf_debug.txt"; return 1; }
   cat "$OUT/perf.txt"
   grep -m1 'takes the same-device path' "$OUT/perf_debug.txt" || { echo "not the same-device path"; return 1; }
-  build-gpu/ruccl-perf -c all_reduce -N 2 -n 1 -d cuda -b 67108864 -e 67108864 -w 2 -i 10 | tee "$OUT/perf_staged.txt" ||
-    return 1
+  # asked for NCCL, two processes on one GPU fall back to host staging, saying why
+  RUCCL_NCCL_LIBRARY=${RUCCL_NCCL_LIBRARY:-$(nccl_library)} RUCCL_PATH=nccl RUCCL_DEBUG=INFO \
+    build-gpu/ruccl-perf -c all_reduce -N 2 -n 1 -d cuda -b 67108864 -e 67108864 -w 2 -i 10 \
+    >"$OUT/perf_staged.txt" 2>"$OUT/perf_staged_debug.txt" || { tail -n 20 "$OUT/perf_staged_debug.txt"; return 1; }
+  cat "$OUT/perf_staged.txt"
+  grep -m1 'RUCCL_PATH=nccl cannot carry this call: participants 0 and 1 share a GPU' "$OUT/perf_staged_debug.txt" ||
+    { echo "no fallback line from two processes on one GPU asking for NCCL"; return 1; }
   local busbw
   busbw=$(sed -n 's/.*busbw at [0-9]* B (out of place): \([0-9.]*\) GB\/s = .* device-to-device.*/\1/p' "$OUT/perf.txt" | tail -n 1)
   for f in perf.txt perf_staged.txt; do
