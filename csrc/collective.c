@@ -39,6 +39,7 @@ typedef struct {
   int32_t local_error;
   char detail[DETAIL_MAX];
   ruccl_path_facts_t facts;     /* where this peer's tensors are (device/path.h) */
+  int32_t nccl_stale;           /* this peer's NCCL communicator is for another GPU */
   ruccl_buffer_ptrs_t buffers;  /* and their addresses (used within one process only) */
 } coll_desc_t;
 
@@ -170,10 +171,14 @@ static void describe_device(const ruccl_comm_t *c, const ruccl_request_t *r, col
     f->device_kind = RUCCL_DEVICE_CUDA;
     f->uuid.bytes[0] = 1;
     if (pretend >= 2) memcpy(f->uuid.bytes + 1, &c->global_index, sizeof c->global_index);
-  } else if (f->device_kind == RUCCL_DEVICE_CUDA) {
-    ruccl_device_adapter(first->device.kind)->uuid(first->device, &f->uuid);
+  } else if (f->device_kind == RUCCL_DEVICE_CUDA &&
+             ruccl_device_adapter(first->device.kind)->uuid(first->device, &f->uuid) != RUCCL_OK) {
+    d->local_error = RUCCL_ERR_DEVICE; /* without its identity, no path can be chosen safely */
+    snprintf(d->detail, sizeof d->detail, "%s", ruccl_last_error());
   }
   if (f->device_kind == RUCCL_DEVICE_CUDA && pretend != 3) ruccl_nccl(&f->nccl_version);
+  d->nccl_stale = c->nccl_comm && first &&
+                  (first->device.kind != c->nccl_dev.kind || first->device.index != c->nccl_dev.index);
   d->buffers.in = r->in ? (uint64_t)(uintptr_t)r->in->data : 0;
   d->buffers.out = mine[1] ? (uint64_t)(uintptr_t)mine[1]->data : 0;
 }
@@ -358,14 +363,21 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
     return;
   }
   for (unsigned i = 0; i < n; i++) facts[i] = all[i].facts;
-  int own_dtype = !kind_reduces(all[0].kind) ||
-                  ruccl_compute_dtype((ruccl_dtype_t)all[0].dtype, (ruccl_reduce_op_t)all[0].op) == (ruccl_dtype_t)all[0].dtype;
+  /* NCCL computes as ruCCL does: data that only moves, or a reduction in the tensors'
+     own dtype, except float MIN and MAX (NCCL's fmin/fmax drop a NaN, ruCCL's keep it) */
+  ruccl_dtype_t dt = (ruccl_dtype_t)all[0].dtype;
+  ruccl_reduce_op_t op = (ruccl_reduce_op_t)all[0].op;
+  int float_min_max = (dt == RUCCL_FLOAT32 || dt == RUCCL_FLOAT64) && (op == RUCCL_MIN || op == RUCCL_MAX);
+  int same_type = !kind_reduces(all[0].kind) || ruccl_compute_dtype(dt, op) == dt;
+  int own_dtype = same_type && !(kind_reduces(all[0].kind) && float_min_max);
   v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, wanted_path(), x->path_why, sizeof x->path_why);
   free(facts);
   int32_t kind = all[0].kind;
-  v->sliced = v->path == RUCCL_PATH_HOST_STAGED && own_dtype &&
+  v->sliced = v->path == RUCCL_PATH_HOST_STAGED && same_type &&
               (kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE);
-  if (v->path == RUCCL_PATH_NCCL && !c->nccl_comm) {
+  int stale = 0;
+  for (unsigned i = 0; i < n; i++) stale |= all[i].nccl_stale;
+  if (v->path == RUCCL_PATH_NCCL && (!c->nccl_comm || stale)) { /* every peer connects anew */
     const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
     if (nc && nc->get_unique_id(&x->nccl_id) == RUCCL_NCCL_SUCCESS) {
       v->nccl_new = 1;
@@ -431,7 +443,8 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
       }
       if (v->code == RUCCL_OK && !vote) {
         decide_path(c, all, v, x);
-        v->extras = v->nccl_new || v->path != c->last_path; /* every peer has the same last path */
+        /* every peer has the same last path; a barrier moves no data and keeps it */
+        v->extras = v->nccl_new || (all[0].kind != RUCCL_COLL_BARRIER && v->path != c->last_path);
       }
       if (all_out) *all_out = all;
       if (net) {
@@ -533,6 +546,9 @@ static ruccl_algo_fn algo_for(const ruccl_algorithm_table_t *t, ruccl_coll_kind_
   }
 }
 
+/* The host-staged path's slices (execute_sliced). */
+#define STAGING_SLICE_BYTES ((size_t)4 << 20)
+
 typedef struct {
   ruccl_args_t args;
   void *dst;   /* host result, staged back into out when it is not out itself */
@@ -588,8 +604,19 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
     case RUCCL_COLL_REDUCE_SCATTER: a->count = (size_t)numel_of(out); break;
     default: a->count = (size_t)numel_of(in); break;
   }
-  /* Device memory is staged only once the agreement has chosen the host-staged path. */
+  /* Device memory is staged only once the agreement has chosen the host-staged path;
+     the pinned slices a sliced one would use are taken now, so that a peer without
+     them says so in its descriptor (the whole-tensor staging is voted on instead). */
   if (host_accessible(in) && host_accessible(p->writes_out ? out : NULL)) return stage_call(c, r, p);
+  const ruccl_tensor_t *dev_t = !host_accessible(in) ? in : out;
+  int sliceable = (r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST ||
+                   r->kind == RUCCL_COLL_REDUCE) && a->dtype == typed->dtype;
+  if (sliceable && a->count) {
+    size_t es = ruccl_dtype_size(a->dtype), slice = STAGING_SLICE_BYTES / es;
+    size_t cap = (a->count < slice ? a->count : slice) * es;
+    if (!ruccl_comm_staging(c, 1, cap, dev_t->device) || !ruccl_comm_staging(c, 2, cap, dev_t->device))
+      return ruccl_fail(RUCCL_ERR_NO_MEMORY, "pinned staging of 2 x %zu bytes: %s", cap, ruccl_last_error());
+  }
   return RUCCL_OK;
 }
 
@@ -631,8 +658,6 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
  * overlap the host's work: while the peers reduce slice k in pinned memory, the
  * stream brings slice k+1 up from the device and takes slice k-1 back.  A peer whose
  * tensors are in host memory works on them in place, slice by slice. */
-#define STAGING_SLICE_BYTES ((size_t)4 << 20)
-
 static ruccl_result_t execute_sliced(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
                                      const ruccl_request_t *r, prepared_t *p) {
   const ruccl_tensor_t *in = r->in, *out = p->writes_out ? r->out : NULL;
@@ -677,6 +702,8 @@ static ruccl_result_t execute_sliced(ruccl_comm_t *c, const ruccl_team_t *local,
       rc = ad->copy(out->device, stream, (char *)out->data + off * es, a.dst, n * es, RUCCL_COPY_FROM_HOST);
   }
   if (rc == RUCCL_OK && ad) rc = ad->stream_wait(dev_t->device, stream, deadline);
+  /* a failure leaves copies queued on the user's tensors: give them a moment to end */
+  if (rc != RUCCL_OK && ad && stream) ad->stream_wait(dev_t->device, stream, ruccl_deadline_after_ms(1000));
   return rc;
 }
 /* ---- device paths ------------------------------------------------------------------ */
@@ -698,6 +725,32 @@ static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_reques
   return call;
 }
 
+/* A second round after a local step that can fail on some peers only (staging,
+   an NCCL launch): every peer returns the same code.  The deadline is one timeout
+   past the collective's, the same on every peer, so that peers that failed at the
+   collective's deadline still tell each other why.  *agreed: the round itself
+   completed (a failed one breaks the session); *all_failed: every peer failed. */
+static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                           const coll_desc_t *desc, ruccl_result_t mine_rc, int *agreed, int *all_failed) {
+  coll_desc_t mine = *desc;
+  mine.local_error = (int32_t)mine_rc;
+  if (mine_rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
+  ruccl_team_t vote_local = *local, vote_net;
+  int64_t grace = ruccl_deadline_after_ms(c->group->config.timeout_ms) - ruccl_now_ns();
+  vote_local.deadline_ns = local->deadline_ns > INT64_MAX - grace ? INT64_MAX : local->deadline_ns + grace;
+  if (net) {
+    vote_net = *net;
+    vote_net.deadline_ns = vote_local.deadline_ns;
+  }
+  coll_verdict_t v;
+  coll_extras_t none;
+  int transport_failed = 0;
+  ruccl_result_t rc = agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &v, &none, NULL, &transport_failed);
+  *agreed = !transport_failed;
+  *all_failed = !transport_failed && v.failures == (int32_t)c->group->n_total;
+  return rc;
+}
+
 /* NCCL moves the data of an agreed call.  Connecting and launching are local steps
    that can fail on some peers only; a second round (a vote) tells every peer before
    anyone waits on NCCL.  When every peer failed to launch, nothing is in flight and
@@ -712,25 +765,14 @@ static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, cons
   ruccl_result_t rc = RUCCL_OK;
   if (v->nccl_new) rc = ruccl_nccl_connect(c, &x->nccl_id, call.device, local->deadline_ns);
   if (rc == RUCCL_OK) rc = ruccl_nccl_launch(c, &call, r->in ? r->in->data : NULL, out);
-  coll_desc_t mine = *desc;
-  mine.local_error = (int32_t)rc;
-  if (rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
-  /* The vote has a deadline of its own: peers whose NCCL set-up timed out arrive at
-     the collective's deadline, and they still tell each other why. */
-  coll_verdict_t vote;
-  int transport_failed = 0;
-  ruccl_team_t vote_local = *local, vote_net;
-  vote_local.deadline_ns = ruccl_deadline_after_ms(c->group->config.timeout_ms);
-  if (net) {
-    vote_net = *net;
-    vote_net.deadline_ns = vote_local.deadline_ns;
-  }
-  coll_extras_t none;
-  ruccl_result_t voted =
-      agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &vote, &none, NULL, &transport_failed);
+  int agreed = 0, all_failed = 0;
+  ruccl_result_t voted = vote(c, local, net, desc, rc, &agreed, &all_failed);
   if (voted != RUCCL_OK) {
-    *usable = !transport_failed && vote.failures == (int32_t)c->group->n_total;
-    if (!*usable) ruccl_nccl_abort(c);
+    /* A launch NCCL refused on every peer left nothing in flight: the session goes on.
+       The communicators are dropped all the same (NCCL keeps a refused launch as the
+       communicator's error), and the next NCCL collective connects anew. */
+    *usable = all_failed && voted == RUCCL_ERR_INVALID_ARGUMENT;
+    ruccl_nccl_abort(c);
     return voted;
   }
   rc = ruccl_nccl_wait(c, call.device, local->deadline_ns);
@@ -813,8 +855,13 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
         rc = execute_sliced(c, &team, net, r, &prep);
         break;
       }
-      rc = prep.staged ? RUCCL_OK : stage_call(c, r, &prep);
-      if (rc == RUCCL_OK) rc = execute(c, &team, net, r, &prep);
+      if (!prep.staged) { /* device tensors, whole: staged now, and every peer told how that went */
+        int agreed = 0, all_failed = 0;
+        rc = vote(c, &team, net, &desc, stage_call(c, r, &prep), &agreed, &all_failed);
+        usable = agreed; /* nothing moved between peers yet, nor was any output written */
+        if (rc != RUCCL_OK) break;
+      }
+      rc = execute(c, &team, net, r, &prep);
       break;
   }
   if (rc != RUCCL_OK && !usable) ruccl_group_break(g, rc);

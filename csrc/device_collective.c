@@ -85,7 +85,13 @@ ruccl_result_t ruccl_same_device_run(ruccl_comm_t *c, const ruccl_team_t *local,
   outcome_t o;
   memset(&o, 0, sizeof o);
   if (local->me != 0) {
-    ruccl_result_t rc = ruccl_team_recv(local, 0, &o, sizeof o);
+    /* The leader answers by its deadline at the latest (its wait on the device ends
+       there): the others wait one timeout longer, so that they never return while
+       the device may still work on their buffers after a leader's success. */
+    ruccl_team_t patient = *local;
+    int64_t grace = ruccl_deadline_after_ms(c->group->config.timeout_ms) - ruccl_now_ns();
+    patient.deadline_ns = deadline_ns > INT64_MAX - grace ? INT64_MAX : deadline_ns + grace;
+    ruccl_result_t rc = ruccl_team_recv(&patient, 0, &o, sizeof o);
     if (rc != RUCCL_OK) return rc;
     if (o.code != RUCCL_OK) ruccl_set_last_error(o.message);
     return (ruccl_result_t)o.code;
@@ -157,6 +163,8 @@ ruccl_result_t ruccl_nccl_connect(ruccl_comm_t *c, const ruccl_nccl_unique_id_t 
                                   int64_t deadline_ns) {
   const ruccl_nccl_api_t *nc = ruccl_nccl(NULL);
   if (!nc) return ruccl_fail(RUCCL_ERR_DEVICE, "peer %u: NCCL went away: %s", c->peer_id, ruccl_nccl_unavailable_reason());
+  ruccl_nccl_abort(c); /* one made for another GPU (nothing is in flight on it) */
+  c->nccl_dev = dev;
   const ruccl_device_adapter_t *ad = ruccl_device_adapter(dev.kind);
   int saved;
   ruccl_result_t rc = ad->enter(dev, &saved); /* NCCL takes the current device */
@@ -277,7 +285,9 @@ void ruccl_nccl_release(ruccl_comm_t *c) {
   if (!nc) return;
   ruccl_nccl_comm_t comm = (ruccl_nccl_comm_t)c->nccl_comm;
   int healthy = atomic_load(&c->group->broken) == 0 && atomic_load(&c->group->reset) == 0;
-  if (healthy && nc->comm_finalize(comm) == RUCCL_NCCL_SUCCESS &&
+  ruccl_nccl_result_t fin = healthy ? nc->comm_finalize(comm) : RUCCL_NCCL_INTERNAL_ERROR;
+  /* a non-blocking communicator's finalize says in-progress; settle waits it out */
+  if ((fin == RUCCL_NCCL_SUCCESS || fin == RUCCL_NCCL_IN_PROGRESS) &&
       settle(nc, c, "finalize", ruccl_deadline_after_ms(c->group->config.timeout_ms)) == RUCCL_OK) {
     nc->comm_destroy(comm);
     c->nccl_comm = NULL;

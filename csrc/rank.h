@@ -73,6 +73,7 @@ struct ruccl_comm {
   ruccl_device_t pinned_dev[RUCCL_SCRATCH_SLOTS];
   /* Device paths (device_collective.c). */
   void *nccl_comm; /* this peer's NCCL communicator, once the NCCL path was taken */
+  ruccl_device_t nccl_dev; /* the GPU it was made for */
   int last_path;   /* the data path of the last collective, to log a change once */
 };
 

@@ -19,6 +19,7 @@
 #include "net/session.h"
 #include "net/transport_tcp.h"
 #include "device/device.h"
+#include "device/path.h"
 #include "testing.h"
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -222,7 +223,7 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   if (!c) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "communicator");
   c->peer_id = peer_id;
   c->device = device;
-  c->last_path = -1;
+  c->last_path = RUCCL_PATH_HOST; /* said only when a collective takes another */
 
   pthread_mutex_lock(&registry_mu);
   ruccl_group_t *g = NULL;

@@ -7,6 +7,7 @@
 #include "device.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -154,7 +155,26 @@ static ruccl_result_t cuda_reduce_on(ruccl_device_t dev, void *stream, const ruc
 
 /* Every entry point leaves the calling thread's current device as it found it (as
    NCCL does): a caller's cudaSetDevice is not the library's to change. */
+/* cuCtxGetCurrent from the driver cudart has loaded (found once it is loaded): a
+   thread with no current context has no device to give back, and restoring "device
+   0" there would make a context on GPU 0 in every process. */
+typedef int (*ctx_get_current_fn)(void **ctx);
+static _Atomic(ctx_get_current_fn) ctx_get_current;
+
+static int has_context(void) {
+  ctx_get_current_fn f = atomic_load(&ctx_get_current);
+  if (!f) {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) f = (ctx_get_current_fn)dlsym(h, "cuCtxGetCurrent");
+    if (!f) return 1; /* cannot tell: restore as asked */
+    atomic_store(&ctx_get_current, f);
+  }
+  void *ctx = NULL;
+  return f(&ctx) == 0 && ctx != NULL;
+}
+
 static int saved_device(void) {
+  if (!has_context()) return -1;
   int d = -1;
   if (cudaGetDevice(&d) != cudaSuccess) {
     cudaGetLastError();

@@ -44,7 +44,8 @@ static int nccl_possible(const ruccl_path_facts_t *f, unsigned n, int own_dtype,
       return snprintf(why, cap, "participants 0 and %u have NCCL %d and %d", i, f[0].nccl_version,
                       f[i].nccl_version),
              0;
-  if (!own_dtype) return snprintf(why, cap, "the reduction runs in a wider dtype than NCCL would use"), 0;
+  if (!own_dtype)
+    return snprintf(why, cap, "NCCL would not compute it as ruccl does (a wider dtype, or NaN in float MIN/MAX)"), 0;
   return snprintf(why, cap, "%u GPU%s, NCCL %d", n, n == 1 ? "" : "s", f[0].nccl_version), 1;
 }
 

@@ -28,9 +28,10 @@ typedef struct {
   int32_t nccl_version;     /* of the NCCL this process loaded; 0 = none */
 } ruccl_path_facts_t;
 
-/* facts[i] of participant i (peer order).  own_dtype: the call reduces in its own
-   dtype, or only moves data (NCCL reduces float16 in float16 and int8 MEAN in int8,
-   which is not ruCCL's arithmetic).  wanted: a path asked for (RUCCL_PATH), taken
+/* facts[i] of participant i (peer order).  own_dtype: NCCL would compute the call as
+   ruCCL does: it only moves data, or reduces in the tensors' own dtype, and not with
+   float MIN/MAX (NCCL reduces float16 in float16 and int8 MEAN in int8, and its
+   fmin/fmax drop a NaN, none of which is ruCCL's arithmetic).  wanted: a path asked for (RUCCL_PATH), taken
    where it can carry the call (NCCL instead of the same-device path for one rank, the
    host-staged path instead of either), else -1; the reason says when it could not.
    why: a short reason (cap bytes). */
