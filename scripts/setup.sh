@@ -13,23 +13,25 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# A real nccl.h, to check ruCCL's own declarations of the NCCL API against it
-# (csrc/device/nccl_api.h; NCCL itself is loaded at run time, never linked).
+# A real NCCL: its nccl.h, to check ruCCL's own declarations of the NCCL API against
+# it (csrc/device/nccl_api.h), and its libnccl.so.2, which the tests load at run time
+# as ruCCL does (nothing links against it).
 root="$(cd "$(dirname "$0")/.." && pwd)"
 nccl_dir="$root/.deps/nccl"
-if [ ! -f "$nccl_dir/include/nccl.h" ]; then
+if [ ! -f "$nccl_dir/include/nccl.h" ] || [ ! -f "$nccl_dir/lib/libnccl.so.2" ]; then
   tmp="$(mktemp -d)"
   if python3 -m pip download -q --no-deps -d "$tmp" nvidia-nccl-cu13 >/dev/null 2>&1; then
-    mkdir -p "$nccl_dir/include"
-    python3 - "$tmp" "$nccl_dir/include" <<'PY'
+    mkdir -p "$nccl_dir/include" "$nccl_dir/lib"
+    python3 - "$tmp" "$nccl_dir" <<'PY'
 import glob, sys, zipfile
 wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
 with zipfile.ZipFile(wheel) as z:
-    open(sys.argv[2] + "/nccl.h", "wb").write(z.read("nvidia/nccl/include/nccl.h"))
+    open(sys.argv[2] + "/include/nccl.h", "wb").write(z.read("nvidia/nccl/include/nccl.h"))
+    open(sys.argv[2] + "/lib/libnccl.so.2", "wb").write(z.read("nvidia/nccl/lib/libnccl.so.2"))
 PY
-    echo "setup: nccl.h from $(basename "$tmp"/*.whl)"
+    echo "setup: nccl.h and libnccl.so.2 from $(basename "$tmp"/*.whl)"
   else
-    echo "setup: WARNING: could not download nvidia-nccl-cu13; the NCCL header check will not be built"
+    echo "setup: WARNING: could not download nvidia-nccl-cu13; the checks against a real NCCL will not be built"
   fi
   rm -rf "$tmp"
 fi

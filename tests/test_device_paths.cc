@@ -14,6 +14,7 @@
 
 #include "test_util.h"
 extern "C" {
+#include "device/device.h"
 #include "device/nccl_loader.h"
 #include "device/path.h"
 #include "testing.h"
@@ -160,6 +161,34 @@ TEST(NcclLoader, SaysWhyALibraryIsMissingOrTurnedOff) {
   }
   ruccl_nccl_unload();
 }
+
+#ifdef RUCCL_REAL_NCCL_LIB
+/* A real NCCL (the nvidia-nccl-cu13 wheel's, scripts/setup.sh), loaded as ruCCL loads
+   it: every symbol ruCCL binds is there, its version is new enough, it makes a unique
+   id without a GPU, and where no GPU is usable, setting up a communicator with
+   ruCCL's configuration fails as a CUDA error, which is RUCCL_ERR_DEVICE. */
+TEST(NcclLoader, LoadsARealNccl) {
+  Env lib("RUCCL_NCCL_LIBRARY", RUCCL_REAL_NCCL_LIB);
+  ruccl_nccl_unload();
+  int version = 0;
+  const ruccl_nccl_api_t *nc = ruccl_nccl(&version);
+  ASSERT_NE(nc, nullptr) << ruccl_nccl_unavailable_reason();
+  EXPECT_GE(version, RUCCL_NCCL_MIN_VERSION);
+  ruccl_nccl_unique_id_t id;
+  EXPECT_EQ(RUCCL_NCCL_SUCCESS, nc->get_unique_id(&id));
+  const ruccl_device_adapter_t *cuda = ruccl_device_adapter(RUCCL_DEVICE_CUDA);
+  ruccl_device_t gpu0 = {RUCCL_DEVICE_CUDA, 0};
+  if (!cuda || cuda->check(gpu0) != RUCCL_OK) {
+    ruccl_nccl_config_t config = {sizeof config, RUCCL_NCCL_API_MAGIC, RUCCL_NCCL_MIN_VERSION, 0,
+                                  RUCCL_NCCL_CONFIG_UNDEF_INT, RUCCL_NCCL_CONFIG_UNDEF_INT,
+                                  RUCCL_NCCL_CONFIG_UNDEF_INT, nullptr, RUCCL_NCCL_CONFIG_UNDEF_INT};
+    ruccl_nccl_comm_t comm = nullptr;
+    ruccl_nccl_result_t r = nc->comm_init_rank_config(&comm, 1, id, 0, &config);
+    EXPECT_EQ(RUCCL_ERR_DEVICE, ruccl_nccl_code(r)) << "NCCL said " << r << ": " << nc->get_error_string(r);
+  }
+  ruccl_nccl_unload();
+}
+#endif
 
 TEST(NcclLoader, MapsNcclResultsToRucclCodes) {
   EXPECT_EQ(ruccl_nccl_code(RUCCL_NCCL_SUCCESS), RUCCL_OK);
