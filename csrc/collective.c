@@ -68,6 +68,12 @@ const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
   return (unsigned)kind < RUCCL_COLL_NUM_KINDS ? names[kind] : "unknown";
 }
 
+/* Whether each output element of a kind comes from the same element of the inputs
+   (in and out have one size, the call can run in place or in slices). */
+static int elementwise(int32_t kind) {
+  return kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE;
+}
+
 /* Whether a kind of collective reduces (and so takes an op and a compute dtype). */
 static int kind_reduces(int32_t kind) {
   return kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_REDUCE || kind == RUCCL_COLL_REDUCE_SCATTER;
@@ -372,9 +378,7 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
   int own_dtype = same_type && !(kind_reduces(all[0].kind) && float_min_max);
   v->path = (int32_t)ruccl_choose_path(facts, n, own_dtype, wanted_path(), x->path_why, sizeof x->path_why);
   free(facts);
-  int32_t kind = all[0].kind;
-  v->sliced = v->path == RUCCL_PATH_HOST_STAGED && same_type &&
-              (kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE);
+  v->sliced = v->path == RUCCL_PATH_HOST_STAGED && same_type && elementwise(all[0].kind);
   int stale = 0;
   for (unsigned i = 0; i < n; i++) stale |= all[i].nccl_stale;
   if (v->path == RUCCL_PATH_NCCL && (!c->nccl_comm || stale)) { /* every peer connects anew */
@@ -568,9 +572,8 @@ static ruccl_result_t stage_call(ruccl_comm_t *c, const ruccl_request_t *r, prep
   void *src = NULL, *dst = NULL;
   ruccl_result_t rc = RUCCL_OK;
   if (in) rc = stage_in(c, in, a->dtype, 1, 1, &src);
-  int same_size = r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST || r->kind == RUCCL_COLL_REDUCE;
   if (rc == RUCCL_OK && p->writes_out) {
-    if (in && in->data == out->data && same_size) dst = src; /* in place: one staged buffer */
+    if (in && in->data == out->data && elementwise(r->kind)) dst = src; /* in place: one staged buffer */
     else rc = stage_in(c, out, a->dtype, 2, 0, &dst);
   }
   /* Empty tensors may have NULL data; the algorithms still do offset arithmetic. */
@@ -609,8 +612,7 @@ static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepare
      them says so in its descriptor (the whole-tensor staging is voted on instead). */
   if (host_accessible(in) && host_accessible(p->writes_out ? out : NULL)) return stage_call(c, r, p);
   const ruccl_tensor_t *dev_t = !host_accessible(in) ? in : out;
-  int sliceable = (r->kind == RUCCL_COLL_ALL_REDUCE || r->kind == RUCCL_COLL_BROADCAST ||
-                   r->kind == RUCCL_COLL_REDUCE) && a->dtype == typed->dtype;
+  int sliceable = elementwise(r->kind) && a->dtype == typed->dtype; /* as decide_path slices */
   if (sliceable && a->count) {
     size_t es = ruccl_dtype_size(a->dtype), slice = STAGING_SLICE_BYTES / es;
     size_t cap = (a->count < slice ? a->count : slice) * es;
@@ -736,8 +738,7 @@ static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruc
   mine.local_error = (int32_t)mine_rc;
   if (mine_rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
   ruccl_team_t vote_local = *local, vote_net;
-  int64_t grace = ruccl_deadline_after_ms(c->group->config.timeout_ms) - ruccl_now_ns();
-  vote_local.deadline_ns = local->deadline_ns > INT64_MAX - grace ? INT64_MAX : local->deadline_ns + grace;
+  vote_local.deadline_ns = ruccl_deadline_later(local->deadline_ns, c->group->config.timeout_ms);
   if (net) {
     vote_net = *net;
     vote_net.deadline_ns = vote_local.deadline_ns;

@@ -89,8 +89,7 @@ ruccl_result_t ruccl_same_device_run(ruccl_comm_t *c, const ruccl_team_t *local,
        there): the others wait one timeout longer, so that they never return while
        the device may still work on their buffers after a leader's success. */
     ruccl_team_t patient = *local;
-    int64_t grace = ruccl_deadline_after_ms(c->group->config.timeout_ms) - ruccl_now_ns();
-    patient.deadline_ns = deadline_ns > INT64_MAX - grace ? INT64_MAX : deadline_ns + grace;
+    patient.deadline_ns = ruccl_deadline_later(deadline_ns, c->group->config.timeout_ms);
     ruccl_result_t rc = ruccl_team_recv(&patient, 0, &o, sizeof o);
     if (rc != RUCCL_OK) return rc;
     if (o.code != RUCCL_OK) ruccl_set_last_error(o.message);

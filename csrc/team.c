@@ -19,6 +19,11 @@ int64_t ruccl_deadline_after_ms(int64_t ms) {
   return now + ms * 1000000;
 }
 
+int64_t ruccl_deadline_later(int64_t deadline_ns, int64_t ms) {
+  int64_t grace = ruccl_deadline_after_ms(ms) - ruccl_now_ns();
+  return deadline_ns > INT64_MAX - grace ? INT64_MAX : deadline_ns + grace;
+}
+
 static int global_index(const ruccl_team_t *team, int pos) {
   if (pos == RUCCL_NO_PEER || !team->members) return pos;
   return (int)team->members[pos];

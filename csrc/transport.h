@@ -76,5 +76,7 @@ static inline void ruccl_cpu_relax(void) {
 }
 /* now + ms, saturating at INT64_MAX instead of overflowing. */
 int64_t ruccl_deadline_after_ms(int64_t ms);
+/* deadline_ns moved ms later (saturating): a wait that must outlast another's. */
+int64_t ruccl_deadline_later(int64_t deadline_ns, int64_t ms);
 
 #endif
