@@ -159,7 +159,7 @@ int ruccl_peer_index(const ruccl_comm_t *c, uint32_t id) {
 }
 
 /* Where the call's tensors are (checked: every tensor given is valid). */
-static void describe_device(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_t *d) {
+static void describe_device(const ruccl_comm_t *c, const ruccl_call_t *r, coll_desc_t *d) {
   const ruccl_tensor_t *mine[2] = {r->in, r->out};
   if (r->kind == RUCCL_COLL_REDUCE && r->root_peer != c->peer_id) mine[1] = NULL;
   const ruccl_tensor_t *first = NULL;
@@ -190,7 +190,7 @@ static void describe_device(const ruccl_comm_t *c, const ruccl_request_t *r, col
 }
 
 /* Fills the descriptor; a local error is recorded in it, not returned. */
-static void describe(const ruccl_comm_t *c, const ruccl_request_t *r, coll_desc_t *d) {
+static void describe(const ruccl_comm_t *c, const ruccl_call_t *r, coll_desc_t *d) {
   memset(d, 0, sizeof *d);
   d->seq = c->seq;
   d->kind = (int32_t)r->kind;
@@ -565,7 +565,7 @@ static int host_accessible(const ruccl_tensor_t *t) {
 }
 
 /* Host buffers for the algorithms: the tensors themselves, or staged copies. */
-static ruccl_result_t stage_call(ruccl_comm_t *c, const ruccl_request_t *r, prepared_t *p) {
+static ruccl_result_t stage_call(ruccl_comm_t *c, const ruccl_call_t *r, prepared_t *p) {
   const ruccl_tensor_t *in = r->in;
   ruccl_tensor_t *out = r->out;
   ruccl_args_t *a = &p->args;
@@ -587,7 +587,7 @@ static ruccl_result_t stage_call(ruccl_comm_t *c, const ruccl_request_t *r, prep
 
 /* Sizes the call and stages host tensors before the agreement, so that a peer that
    cannot (no memory) says so in its descriptor. */
-static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_request_t *r, prepared_t *p) {
+static ruccl_result_t prepare(ruccl_comm_t *c, const ruccl_call_t *r, prepared_t *p) {
   ruccl_group_t *g = c->group;
   const ruccl_tensor_t *in = r->in;
   ruccl_tensor_t *out = r->out;
@@ -648,7 +648,7 @@ static ruccl_result_t run_algorithm(ruccl_comm_t *c, const ruccl_team_t *local, 
 }
 
 static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                              const ruccl_request_t *r, prepared_t *p) {
+                              const ruccl_call_t *r, prepared_t *p) {
   ruccl_result_t rc = run_algorithm(c, local, net, r->kind, &p->args);
   if (rc == RUCCL_OK && p->writes_out) rc = stage_out(c, r->out, p->args.dtype, p->dst);
   return rc;
@@ -661,7 +661,7 @@ static ruccl_result_t execute(ruccl_comm_t *c, const ruccl_team_t *local, const 
  * stream brings slice k+1 up from the device and takes slice k-1 back.  A peer whose
  * tensors are in host memory works on them in place, slice by slice. */
 static ruccl_result_t execute_sliced(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                                     const ruccl_request_t *r, prepared_t *p) {
+                                     const ruccl_call_t *r, prepared_t *p) {
   const ruccl_tensor_t *in = r->in, *out = p->writes_out ? r->out : NULL;
   const ruccl_tensor_t *dev_t = !host_accessible(in) ? in : out;
   int in_dev = !host_accessible(in), out_dev = !host_accessible(out);
@@ -710,7 +710,7 @@ static ruccl_result_t execute_sliced(ruccl_comm_t *c, const ruccl_team_t *local,
 }
 /* ---- device paths ------------------------------------------------------------------ */
 
-static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_request_t *r, const coll_desc_t *d,
+static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_call_t *r, const coll_desc_t *d,
                                        unsigned sender_pos) {
   const ruccl_tensor_t *t = r->in ? r->in : r->out;
   ruccl_device_call_t call = {.kind = r->kind, .device = t->device, .dtype = t->dtype, .op = r->op};
@@ -738,7 +738,7 @@ static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruc
   mine.local_error = (int32_t)mine_rc;
   if (mine_rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
   ruccl_team_t vote_local = *local, vote_net;
-  vote_local.deadline_ns = ruccl_deadline_later(local->deadline_ns, c->group->config.timeout_ms);
+  vote_local.deadline_ns = ruccl_deadline_later(local->deadline_ns, ruccl_comm_timeout(c));
   if (net) {
     vote_net = *net;
     vote_net.deadline_ns = vote_local.deadline_ns;
@@ -758,7 +758,7 @@ static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruc
    the session stays usable (*usable); otherwise the launched peers abort their NCCL
    communicators and the session breaks, with the same code everywhere. */
 static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                                const ruccl_request_t *r, const coll_desc_t *desc, const coll_verdict_t *v,
+                                const ruccl_call_t *r, const coll_desc_t *desc, const coll_verdict_t *v,
                                 const coll_extras_t *x, int *usable) {
   ruccl_device_call_t call = device_call(c, r, desc, (unsigned)v->sender_pos);
   int root_only_out = r->kind == RUCCL_COLL_REDUCE && r->root_peer != c->peer_id;
@@ -781,11 +781,11 @@ static ruccl_result_t nccl_path(ruccl_comm_t *c, const ruccl_team_t *local, cons
   return rc;
 }
 
-ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req) {
+ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "%s: communicator is NULL", ruccl_coll_kind_name(req->kind));
-  ruccl_request_t named = *req;
+  ruccl_call_t named = *req;
   if (req->kind == RUCCL_COLL_BROADCAST && req->root_named) named.in = req->root_peer == c->peer_id ? req->out : NULL;
-  const ruccl_request_t *r = &named;
+  const ruccl_call_t *r = &named;
   ruccl_group_t *g = c->group;
   if (atomic_load(&g->reset))
     return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "peer %u: this handle was discarded by ruccl_reset()", c->peer_id);
@@ -798,7 +798,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_request_t *req)
       .n = g->n,
       .me = c->index,
       .members = NULL,
-      .deadline_ns = ruccl_deadline_after_ms(g->config.timeout_ms),
+      .deadline_ns = ruccl_deadline_after_ms(ruccl_comm_timeout(c)),
   };
   ruccl_team_t net_team = {
       .ops = &ruccl_tcp_ops,

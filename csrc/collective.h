@@ -21,11 +21,11 @@ typedef struct {
   ruccl_reduce_op_t op;
   uint32_t root_peer; /* reduce; broadcast when root_named */
   int root_named;     /* broadcast: root_peer sends `out` (ruccl_broadcast_from); in is unused */
-} ruccl_request_t;
+} ruccl_call_t;
 
 /* Agrees with every participant on the call, then runs it.  Returns the same code
    on every participant for any disagreement, before any output is written. */
-ruccl_result_t ruccl_collective_run(ruccl_comm_t *comm, const ruccl_request_t *req);
+ruccl_result_t ruccl_collective_run(ruccl_comm_t *comm, const ruccl_call_t *req);
 
 const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind);
 

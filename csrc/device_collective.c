@@ -89,7 +89,7 @@ ruccl_result_t ruccl_same_device_run(ruccl_comm_t *c, const ruccl_team_t *local,
        there): the others wait one timeout longer, so that they never return while
        the device may still work on their buffers after a leader's success. */
     ruccl_team_t patient = *local;
-    patient.deadline_ns = ruccl_deadline_later(deadline_ns, c->group->config.timeout_ms);
+    patient.deadline_ns = ruccl_deadline_later(deadline_ns, ruccl_comm_timeout(c));
     ruccl_result_t rc = ruccl_team_recv(&patient, 0, &o, sizeof o);
     if (rc != RUCCL_OK) return rc;
     if (o.code != RUCCL_OK) ruccl_set_last_error(o.message);
@@ -152,7 +152,7 @@ static ruccl_result_t settle(const ruccl_nccl_api_t *nc, ruccl_comm_t *c, const 
     if (deadline_ns && ruccl_now_ns() >= deadline_ns) {
       ruccl_nccl_abort(c);
       return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u: NCCL %s did not complete within the timeout of %" PRId64 " ms",
-                        c->peer_id, what, c->group->config.timeout_ms);
+                        c->peer_id, what, ruccl_comm_timeout(c));
     }
     pause_briefly();
   }
@@ -265,7 +265,7 @@ ruccl_result_t ruccl_nccl_wait(ruccl_comm_t *c, ruccl_device_t dev, int64_t dead
       ruccl_nccl_abort(c);
       return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u: the NCCL %s did not complete within the timeout of %" PRId64
                         " ms (a peer that never joined, or a hung device); its NCCL communicator was aborted",
-                        c->peer_id, what, c->group->config.timeout_ms);
+                        c->peer_id, what, ruccl_comm_timeout(c));
     }
     pause_briefly();
   }
@@ -287,7 +287,7 @@ void ruccl_nccl_release(ruccl_comm_t *c) {
   ruccl_nccl_result_t fin = healthy ? nc->comm_finalize(comm) : RUCCL_NCCL_INTERNAL_ERROR;
   /* a non-blocking communicator's finalize says in-progress; settle waits it out */
   if ((fin == RUCCL_NCCL_SUCCESS || fin == RUCCL_NCCL_IN_PROGRESS) &&
-      settle(nc, c, "finalize", ruccl_deadline_after_ms(c->group->config.timeout_ms)) == RUCCL_OK) {
+      settle(nc, c, "finalize", ruccl_deadline_after_ms(ruccl_comm_timeout(c))) == RUCCL_OK) {
     nc->comm_destroy(comm);
     c->nccl_comm = NULL;
     return;

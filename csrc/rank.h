@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ruccl.h"
+#include "p2p_match.h"
 #include "transport.h"
 #include "transport_inproc.h"
 
@@ -44,6 +45,7 @@ struct ruccl_group {
   uint32_t *peer_ids_store; /* by peer index, filled when complete */
 
   ruccl_inproc_t inproc; /* the in-process transport of this group */
+  ruccl_mailbox_t *mail; /* point-to-point arrivals, by local index */
 
   /* The whole session, across nodes (single node: n_total == n, num_nodes == 1). */
   unsigned n_total, num_nodes, node_index;
@@ -62,6 +64,7 @@ struct ruccl_comm {
   unsigned global_index; /* position in peer order across all nodes */
   ruccl_device_t device;
   uint64_t seq; /* collectives started on this handle */
+  int64_t timeout_ms; /* of this handle's calls (ruccl_comm_set_timeout) */
   void *scratch[RUCCL_SCRATCH_SLOTS];
   size_t scratch_cap[RUCCL_SCRATCH_SLOTS];
   /* Device staging (staging.c): a stream on stream_dev, and pinned host buffers. */
@@ -76,6 +79,13 @@ struct ruccl_comm {
   ruccl_device_t nccl_dev; /* the GPU it was made for */
   int last_path;   /* the data path of the last collective, to log a change once */
 };
+
+/* The handle's timeout in ms (set from any thread by ruccl_comm_set_timeout). */
+static inline int64_t ruccl_comm_timeout(const ruccl_comm_t *c) { return __atomic_load_n(&c->timeout_ms, __ATOMIC_RELAXED); }
+
+/* A reference that keeps g's memory (not its session) alive: a request's. */
+void ruccl_group_ref(ruccl_group_t *g);
+void ruccl_group_unref(ruccl_group_t *g);
 
 /* The error a wait of this group must return now, or RUCCL_OK. */
 ruccl_result_t ruccl_group_status(const ruccl_group_t *g);

@@ -35,7 +35,12 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
   g->members = calloc(g->n, sizeof *g->members);
   g->finished = calloc(g->n, sizeof *g->finished);
   uint32_t *ids = calloc(g->n, sizeof *ids);
-  if (!g->members || !g->finished || !ids || ruccl_inproc_init(&g->inproc, g->n) != 0) {
+  g->mail = calloc(g->n, sizeof *g->mail);
+  unsigned mailboxes = 0;
+  while (g->mail && mailboxes < g->n && ruccl_mailbox_init(&g->mail[mailboxes]) == 0) mailboxes++;
+  if (!g->members || !g->finished || !ids || mailboxes < g->n || ruccl_inproc_init(&g->inproc, g->n) != 0) {
+    for (unsigned i = 0; i < mailboxes; i++) ruccl_mailbox_destroy(&g->mail[i]);
+    free(g->mail);
     free(g->members);
     free(g->finished);
     free(ids);
@@ -58,6 +63,8 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
 static void group_unref(ruccl_group_t *g) {
   if (atomic_fetch_sub(&g->refs, 1) != 1) return;
   ruccl_session_close(g, 0);
+  for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_destroy(&g->mail[i]);
+  free(g->mail);
   free(g->all_ids);
   free(g->node_members);
   free(g->node_of);
@@ -69,6 +76,9 @@ static void group_unref(ruccl_group_t *g) {
   free(g->peer_ids_store);
   free(g);
 }
+
+void ruccl_group_ref(ruccl_group_t *g) { atomic_fetch_add(&g->refs, 1); }
+void ruccl_group_unref(ruccl_group_t *g) { group_unref(g); }
 
 /* Registry lock held. */
 static void registry_remove(ruccl_group_t *g) {
@@ -100,6 +110,7 @@ ruccl_result_t ruccl_group_status(const ruccl_group_t *g) {
 void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
   if (code == RUCCL_ERR_RESET) { /* reset already marks the group: only wake the waiters */
     ruccl_inproc_wake(&g->inproc);
+    for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
     return;
   }
   if (g->net) ruccl_net_abort(g->net, code); /* the other nodes stop with the same code */
@@ -110,6 +121,7 @@ void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
   }
   pthread_cond_broadcast(&g->inproc.cv);
   pthread_mutex_unlock(&g->inproc.mu);
+  for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
 }
 
 /* ---- comms ------------------------------------------------------------------------- */
@@ -223,6 +235,7 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   if (!c) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "communicator");
   c->peer_id = peer_id;
   c->device = device;
+  c->timeout_ms = config->timeout_ms;
   c->last_path = RUCCL_PATH_HOST; /* said only when a collective takes another */
 
   pthread_mutex_lock(&registry_mu);
@@ -369,6 +382,11 @@ ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
                     c->peer_id);
   } else {
     atomic_store(&g->finished[c->index], 1);
+    ruccl_mailbox_close(&g->mail[c->index], RUCCL_ERR_NOT_REGISTERED, "this peer finished its session");
+    char why[96];
+    snprintf(why, sizeof why, "peer %u finished its session", c->peer_id);
+    for (unsigned i = 0; i < g->n; i++) /* receives waiting for what it will never send */
+      if (i != c->index) ruccl_mailbox_fail_sources(&g->mail[i], &c->global_index, 1, RUCCL_ERR_PEER_FINISHED, why);
     pthread_mutex_lock(&registry_mu);
     int last = --g->active == 0;
     if (last) registry_remove(g);
@@ -380,6 +398,23 @@ ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
   comm_free(c);
   group_unref(g);
   return rc;
+}
+
+ruccl_result_t ruccl_comm_abort(ruccl_comm_t *c) {
+  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "abort: communicator is NULL");
+  ruccl_group_t *g = c->group;
+  if (atomic_load(&g->reset)) return RUCCL_OK; /* nothing left to stop */
+  ruccl_fail(RUCCL_ERR_ABORTED, "peer %u aborted the session", c->peer_id); /* the reason everyone reads */
+  ruccl_group_break(g, RUCCL_ERR_ABORTED);
+  ruccl_log(1, "peer %u aborted its session in group '%s'", c->peer_id, g->config.group_name);
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_comm_set_timeout(ruccl_comm_t *c, int64_t timeout_ms) {
+  if (!c) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "set_timeout: communicator is NULL");
+  if (timeout_ms <= 0) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "set_timeout: timeout %lld ms is not > 0", (long long)timeout_ms);
+  __atomic_store_n(&c->timeout_ms, timeout_ms, __ATOMIC_RELAXED);
+  return RUCCL_OK;
 }
 
 void ruccl_reset(void) {
@@ -395,6 +430,7 @@ void ruccl_reset(void) {
     pthread_mutex_lock(&g->inproc.mu);
     pthread_cond_broadcast(&g->inproc.cv);
     pthread_mutex_unlock(&g->inproc.mu);
+    for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
     group_unref(g);
   }
   pthread_mutex_unlock(&registry_mu);

@@ -49,7 +49,7 @@ ruccl_result_t ruccl_comm_copy(ruccl_comm_t *c, ruccl_device_t dev, void *dst, c
   void *stream;
   ruccl_result_t rc = ruccl_comm_stream(c, dev, &stream);
   if (rc == RUCCL_OK) rc = ad->copy(dev, stream, dst, src, bytes, (ruccl_copy_kind_t)kind);
-  if (rc == RUCCL_OK) rc = ad->stream_wait(dev, stream, ruccl_deadline_after_ms(c->group->config.timeout_ms));
+  if (rc == RUCCL_OK) rc = ad->stream_wait(dev, stream, ruccl_deadline_after_ms(ruccl_comm_timeout(c)));
   return rc;
 }
 

@@ -68,7 +68,7 @@ static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int6
                       c->peer_id, c->group->peer_ids_store[peer]);
   if (ruccl_now_ns() >= deadline_ns)
     return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u: no answer within the timeout of %lld ms", c->peer_id,
-                      c->group->peer_ids_store[peer], (long long)c->group->config.timeout_ms);
+                      c->group->peer_ids_store[peer], (long long)ruccl_comm_timeout(c));
   return RUCCL_OK;
 }
 

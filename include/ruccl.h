@@ -49,6 +49,7 @@ typedef enum {
   RUCCL_ERR_DEVICE,
   RUCCL_ERR_NO_MEMORY,
   RUCCL_ERR_UNSUPPORTED,
+  RUCCL_ERR_ABORTED, /* ruccl_comm_abort() was called on this session */
   RUCCL_NUM_RESULTS /* not a result: the number of codes above */
 } ruccl_result_t;
 
@@ -177,31 +178,80 @@ ruccl_result_t ruccl_reduce_scatter(ruccl_comm_t *, const ruccl_tensor_t *in /* 
                                     ruccl_reduce_op_t);
 ruccl_result_t ruccl_barrier(ruccl_comm_t *);
 
-/* Point-to-point.  A send and the matching receive name each other's peer id and
-   move the same number of bytes (dtype and shape are the caller's business, as in
-   NCCL).  Between one pair of peers, point-to-point messages travel in one ordered
-   stream with the collectives' messages: both sides must issue their sends and
-   receives in the same order relative to their collectives, and a receive that
-   meets a collective's message (or a send of another size) is RUCCL_ERR_PROTOCOL,
-   never taken as data.  A failure in the middle of a
-   transfer (a size that does not match, a timeout, a lost peer) breaks the session
-   as a failed collective does.  Between nodes, only peers of local index 0 (the node
-   leaders, which is every peer when each process has one device) exchange directly;
-   others get RUCCL_ERR_UNSUPPORTED. */
+/* Point-to-point, on a channel of its own: sends and receives never meet the
+   collectives' messages, and may be issued in any order relative to them (a
+   receive posted before an all-reduce that its sender issues after it is fine).
+ *
+ * A message carries its sender and a tag.  A receive takes the first message, in
+ * arrival order, from its source (or from any source, RUCCL_ANY_PEER) with its tag;
+ * between one sender and one receiver, messages of one tag are received in the
+ * order they were sent.  A receive must be as large as the message it takes (dtype
+ * and shape are the caller's business, as in NCCL): a message of another size
+ * fails that receive with RUCCL_ERR_PROTOCOL and is consumed; the session goes on.
+ * A receive that nothing matches within the timeout fails with RUCCL_ERR_TIMEOUT
+ * (never with another tag's data), and one pending when the session fails (a lost
+ * peer, ruccl_comm_abort, ruccl_reset) with that error.
+ *
+ * Sends are eager: a send hands its whole message over (into the matching receive,
+ * or a buffer of the receiving side when none is posted yet) and is complete when
+ * ruccl_isend returns, so peers that send to each other before receiving do not
+ * deadlock, whatever the sizes.  A receive completes in the background; its buffer
+ * must stay valid until ruccl_wait or ruccl_test reports it done, or until
+ * ruccl_request_free withdraws it.
+ *
+ * These calls may be made from any thread, concurrently with the communicator's
+ * collectives on its own thread.  Every peer exchanges point-to-point with every
+ * other, on its node or another. */
+#define RUCCL_ANY_PEER UINT32_MAX
+typedef struct ruccl_request ruccl_request_t; /* one send or receive in progress */
+ruccl_result_t ruccl_isend(ruccl_comm_t *, const ruccl_tensor_t *tensor, uint32_t dst_peer, int32_t tag,
+                           ruccl_request_t **req);
+ruccl_result_t ruccl_irecv(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t src_peer /* or RUCCL_ANY_PEER */,
+                           int32_t tag, ruccl_request_t **req);
+/* *done = 1 once the request is complete; its result is then the return value
+   (RUCCL_OK while it is pending).  A receive's data is in its tensor then. */
+ruccl_result_t ruccl_test(ruccl_request_t *, int *done);
+/* Blocks until the request completes (a receive's own deadline is the session's
+   timeout from its post, or the communicator's, see ruccl_comm_set_timeout);
+   returns its result.  The request stays allocated. */
+ruccl_result_t ruccl_wait(ruccl_request_t *);
+/* Waits up to timeout_ms (< 0: without limit) for any of reqs[0..n) (all of one
+   communicator; NULL entries skipped) to complete: RUCCL_OK with *index set (its
+   result comes from ruccl_test or ruccl_wait), or RUCCL_ERR_TIMEOUT when none did,
+   which changes nothing. */
+ruccl_result_t ruccl_wait_any(ruccl_request_t *const *reqs, size_t n, int64_t timeout_ms, size_t *index);
+/* A completed receive's sender (the peer id: what a receive from any peer needs). */
+ruccl_result_t ruccl_request_source(const ruccl_request_t *, uint32_t *peer);
+/* Frees a request; a receive still pending is withdrawn first (its buffer is not
+   written after this returns, and the message it would have taken stays for the
+   next receive).  NULL is ignored. */
+void ruccl_request_free(ruccl_request_t *);
+
+/* Blocking forms, tag 0. */
+ruccl_result_t ruccl_send(ruccl_comm_t *, const ruccl_tensor_t *tensor, uint32_t dst_peer);
+ruccl_result_t ruccl_recv(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t src_peer);
+
+/* Several sends and receives at once (torch's batch_isend_irecv, all-to-all): every
+   one is posted, then every one waited for; the first failure is returned, after
+   all of them have completed or been withdrawn. */
 typedef enum { RUCCL_P2P_SEND, RUCCL_P2P_RECV } ruccl_p2p_kind_t;
 typedef struct {
   ruccl_p2p_kind_t kind;
   ruccl_tensor_t *tensor; /* read by a send, written by a receive */
-  uint32_t peer;          /* the other side's peer id */
+  uint32_t peer;          /* the other side's peer id (a receive: or RUCCL_ANY_PEER) */
+  int32_t tag;
 } ruccl_p2p_op_t;
-ruccl_result_t ruccl_send(ruccl_comm_t *, const ruccl_tensor_t *tensor, uint32_t dst_peer);
-ruccl_result_t ruccl_recv(ruccl_comm_t *, ruccl_tensor_t *tensor, uint32_t src_peer);
-/* Several sends and receives at once, to and from any peers (torch's
-   batch_isend_irecv, all-to-all).  They run peer by peer in ascending peer id, with
-   one peer's sends and receives paired into steps that send and receive together:
-   when the other peers' groups hold the matching operations, nothing deadlocks,
-   whatever the sizes. */
 ruccl_result_t ruccl_p2p_group(ruccl_comm_t *, const ruccl_p2p_op_t *ops, size_t n);
+
+/* Makes every call of this communicator's session that is blocked, or made later,
+   return promptly (well within a second) with RUCCL_ERR_ABORTED, on this node and,
+   through the session's connections, on the others; other sessions are left alone.
+   Safe from any thread, while the owner is blocked; the handle must still be freed
+   with ruccl_finish, which then returns at once. */
+ruccl_result_t ruccl_comm_abort(ruccl_comm_t *);
+/* The timeout of this communicator's later calls (collectives and receives
+   posted after it), in place of the configuration's; > 0. */
+ruccl_result_t ruccl_comm_set_timeout(ruccl_comm_t *, int64_t timeout_ms);
 
 /* Ends this peer's session and frees the handle.  Whatever this peer sent still
    reaches peers that lag behind: when the node's last peer finishes, the node keeps

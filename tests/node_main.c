@@ -29,9 +29,10 @@
  *             to stderr, for the test to compare across peers and nodes; each result
  *             is also checked against a float64 sum, within rounding
  *   p2p       one ruccl_p2p_group: every peer exchanges uneven-sized messages with
- *             every peer of its node and, if it is its node's first peer, with the
- *             other nodes' first peers (IDS must be consecutive blocks, as the tests
- *             pass them); the others' sends across nodes must be UNSUPPORTED
+ *             every peer (itself, its node's, the other nodes'), tags 1 and 2 each
+ *             way, receiving tag 2 first (IDS must be 0..total-1)
+ *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
+ *             posted; then peer 0 receives every other peer's id from any peer
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
  * seam the PyTorch backend uses with torch's store) instead of an orchestrator.
  * The secret comes from RUCCL_SECRET. */
@@ -237,51 +238,89 @@ static void scenario_finish(peer_t *p, ruccl_comm_t **comm) {
 static size_t p2p_count(uint32_t from, uint32_t to) { return (size_t)((from * 7 + to * 13) % 5) * 100000 + 1; }
 static int32_t p2p_val(uint32_t from, uint32_t to, size_t i) { return (int32_t)(from * 1000003u + to * 1009u + i); }
 
+/* Every peer with every peer (itself, its node's, the other nodes'), two messages
+   each way with tags 1 and 2, received in the other order: each lands by tag. */
 static void scenario_p2p(peer_t *p, ruccl_comm_t *comm) {
-  unsigned nodes = p->total / p->local;
-  uint32_t partners[64];
-  unsigned np = 0;
-  for (uint32_t k = 0; k < p->local; k++) partners[np++] = p->first_local + k;
-  int leader = p->id == p->first_local;
-  for (uint32_t k = 0; leader && k < nodes; k++)
-    if (k * p->local != p->first_local) partners[np++] = k * p->local;
-  int32_t *out[64], *in[64];
-  ruccl_tensor_t tout[64], tin[64];
-  ruccl_p2p_op_t ops[128] = {0};
-  for (unsigned k = 0; k < np; k++) {
-    size_t so = p2p_count(p->id, partners[k]), si = p2p_count(partners[k], p->id);
+  unsigned np = p->total;
+  int32_t **out = calloc(2 * (size_t)np, sizeof *out), **in = calloc(2 * (size_t)np, sizeof *in);
+  ruccl_tensor_t *tout = calloc(2 * (size_t)np, sizeof *tout), *tin = calloc(2 * (size_t)np, sizeof *tin);
+  ruccl_p2p_op_t *ops = calloc(4 * (size_t)np, sizeof *ops);
+  for (unsigned k = 0; k < 2 * np; k++) {
+    uint32_t peer = k / 2, tag = 1 + k % 2;
+    size_t so = p2p_count(p->id, peer) + tag, si = p2p_count(peer, p->id) + tag;
     out[k] = malloc(so * sizeof(int32_t));
     in[k] = calloc(si, sizeof(int32_t));
-    for (size_t i = 0; i < so; i++) out[k][i] = p2p_val(p->id, partners[k], i);
+    for (size_t i = 0; i < so; i++) out[k][i] = p2p_val(p->id, peer, i) * (int32_t)tag;
     tout[k] = (ruccl_tensor_t){.data = out[k], .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)so}};
     tin[k] = (ruccl_tensor_t){.data = in[k], .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)si}};
-    ops[2 * k] = (ruccl_p2p_op_t){RUCCL_P2P_RECV, &tin[k], partners[k]};
-    ops[2 * k + 1] = (ruccl_p2p_op_t){RUCCL_P2P_SEND, &tout[k], partners[k]};
+    /* receives of tag 2 listed (and posted) before those of tag 1 */
+    ops[4 * (k / 2) + (tag == 2 ? 0 : 1)] = (ruccl_p2p_op_t){RUCCL_P2P_RECV, &tin[k], peer, (int32_t)tag};
+    ops[4 * (k / 2) + 1 + tag] = (ruccl_p2p_op_t){RUCCL_P2P_SEND, &tout[k], peer, (int32_t)tag};
   }
-  ruccl_result_t rc = ruccl_p2p_group(comm, ops, 2 * (size_t)np);
+  ruccl_result_t rc = ruccl_p2p_group(comm, ops, 4 * (size_t)np);
   int bad = -1;
-  for (unsigned k = 0; rc == RUCCL_OK && bad < 0 && k < np; k++)
-    for (size_t i = 0; i < p2p_count(partners[k], p->id); i++)
-      if (in[k][i] != p2p_val(partners[k], p->id, i)) {
-        bad = (int)partners[k];
+  for (unsigned k = 0; rc == RUCCL_OK && bad < 0 && k < 2 * np; k++) {
+    uint32_t peer = k / 2, tag = 1 + k % 2;
+    for (size_t i = 0; i < p2p_count(peer, p->id) + tag; i++)
+      if (in[k][i] != p2p_val(peer, p->id, i) * (int32_t)tag) {
+        bad = (int)peer;
         break;
       }
-  for (unsigned k = 0; k < np; k++) free(out[k]), free(in[k]);
-  CHECK(p, rc == RUCCL_OK, "p2p_group with %u partners: %s", np, ruccl_error_string(rc));
-  CHECK(p, bad < 0, "wrong bytes from peer %d", bad);
-  if (!leader && nodes > 1) {
-    int32_t x = 1;
-    ruccl_tensor_t t = {.data = &x, .dtype = RUCCL_INT32, .ndim = 1, .shape = {1}};
-    uint32_t remote = (p->first_local + p->local) % p->total;
-    rc = ruccl_send(comm, &t, remote);
-    CHECK(p, rc == RUCCL_ERR_UNSUPPORTED, "send from a non-first peer to peer %u on another node: %s", remote,
-          ruccl_error_string(rc));
   }
+  for (unsigned k = 0; k < 2 * np; k++) free(out[k]), free(in[k]);
+  free(out), free(in), free(tout), free(tin), free(ops);
+  CHECK(p, rc == RUCCL_OK, "p2p_group with %u partners: %s (%s)", np, ruccl_error_string(rc), ruccl_last_error());
+  CHECK(p, bad < 0, "wrong bytes from peer %d", bad);
   float a[8], b[8];
   for (int i = 0; i < 8; i++) a[i] = 1.0f;
   ruccl_tensor_t ta = vec(a, 8), tb = vec(b, 8);
   CHECK(p, ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM) == RUCCL_OK, "all_reduce after p2p");
   CHECK(p, b[7] == (float)p->total, "all_reduce after p2p: %g", b[7]);
+}
+
+/* Point-to-point as gloo allows it, across processes: every peer sends 64 MB to the
+   next before it posts the receive from the previous (eager sends: no deadlock),
+   then every other peer sends peer 0 its id, which peer 0 receives from any peer. */
+static void scenario_p2pbig(peer_t *p, ruccl_comm_t *comm) {
+  const size_t count = 16u << 20;
+  uint32_t next = (p->id + 1) % p->total, prev = (p->id + p->total - 1) % p->total;
+  int32_t *out = malloc(count * sizeof *out), *in = calloc(count, sizeof *in);
+  for (size_t i = 0; i < count; i++) out[i] = p2p_val(p->id, next, i);
+  ruccl_tensor_t to = {.data = out, .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)count}};
+  ruccl_tensor_t ti = {.data = in, .dtype = RUCCL_INT32, .ndim = 1, .shape = {(int64_t)count}};
+  ruccl_request_t *s = NULL, *r = NULL;
+  ruccl_result_t rc = ruccl_isend(comm, &to, next, 9, &s);
+  if (rc == RUCCL_OK) rc = ruccl_irecv(comm, &ti, prev, 9, &r);
+  if (rc == RUCCL_OK) rc = ruccl_wait(r);
+  size_t bad = count;
+  for (size_t i = 0; rc == RUCCL_OK && i < count; i++)
+    if (in[i] != p2p_val(prev, p->id, i)) {
+      bad = i;
+      break;
+    }
+  ruccl_request_free(s), ruccl_request_free(r);
+  free(out), free(in);
+  CHECK(p, rc == RUCCL_OK, "64 MB ring exchange: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
+  CHECK(p, bad == count, "64 MB from peer %u: wrong at %zu", prev, bad);
+  int64_t id = p->id;
+  ruccl_tensor_t t = {.data = &id, .dtype = RUCCL_INT64, .ndim = 0};
+  if (p->id != 0) {
+    CHECK(p, ruccl_send(comm, &t, 0) == RUCCL_OK, "send to peer 0: %s", ruccl_last_error());
+  } else {
+    uint64_t seen = 0;
+    for (uint32_t k = 1; k < p->total; k++) {
+      uint32_t src = 0;
+      rc = ruccl_irecv(comm, &t, RUCCL_ANY_PEER, 0, &r);
+      if (rc == RUCCL_OK) rc = ruccl_wait(r);
+      if (rc == RUCCL_OK) rc = ruccl_request_source(r, &src);
+      ruccl_request_free(r);
+      CHECK(p, rc == RUCCL_OK, "receive from any peer: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
+      CHECK(p, id == (int64_t)src && src < 64, "peer %u's message says %lld", src, (long long)id);
+      seen |= 1ull << src;
+    }
+    CHECK(p, seen == ((1ull << p->total) - 2), "not every peer was received from once");
+  }
+  CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "barrier after point-to-point");
 }
 
 /* A pseudo-random value in [-1, 1) with a full mantissa, from (peer, case, index). */
@@ -437,6 +476,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "mismatch")) scenario_mismatch(p, comm);
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
+  else if (!strcmp(p->scenario, "p2pbig")) scenario_p2pbig(p, comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
   else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);

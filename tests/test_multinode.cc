@@ -244,6 +244,20 @@ TEST_P(Transports, PointToPointAcrossNodes) {
   }
 }
 
+// Gloo's point-to-point habits across processes: 64 MB sent both ways before any
+// receive, a receive from any peer (non-leaders across nodes included).
+TEST_P(Transports, PointToPointLikeGloo) {
+  for (const std::vector<std::string> &nodes : {std::vector<std::string>{"0", "1"},
+                                                std::vector<std::string>{"0,1", "2,3", "4,5"}}) {
+    Orchestrator orch;
+    std::vector<pid_t> pids;
+    for (const auto &ids : nodes)
+      pids.push_back(spawn_node({orch.address(), std::to_string(nodes.size()), "p2pbig", ids, "p2pbig"}, kSecret,
+                                GetParam()));
+    EXPECT_EQ(std::vector<int>(nodes.size(), 0), wait_all(pids)) << nodes.size() << " nodes";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
                          [](const auto &info) { return info.param; });
 

@@ -65,11 +65,12 @@ inline const char *TestResultName(ruccl_result_t r) {
       "RUCCL_ERR_DEVICE",
       "RUCCL_ERR_NO_MEMORY",
       "RUCCL_ERR_UNSUPPORTED",
+      "RUCCL_ERR_ABORTED",
   };
   unsigned u = static_cast<unsigned>(r);
   return u < sizeof names / sizeof names[0] ? names[u] : nullptr;
 }
-inline constexpr unsigned kKnownResultNames = 21;
+inline constexpr unsigned kKnownResultNames = 22;
 
 inline void PrintTo(ruccl_result_t r, std::ostream *os) {
   const char *n = TestResultName(r);

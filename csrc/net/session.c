@@ -14,6 +14,7 @@
 #include "../error.h"
 #include "../rank.h"
 #include "bootstrap.h"
+#include "p2p_net.h"
 #include "transport_tcp.h"
 
 /* What every node must agree on, hashed (the secret is proven by the handshake). */
@@ -72,6 +73,13 @@ static ruccl_result_t number_peers(ruccl_group_t *g, const ruccl_table_t *t, uns
   return RUCCL_OK;
 }
 
+/* Point-to-point arrivals for a peer of this node go to its mailbox. */
+static ruccl_mailbox_t *mailbox_of(void *ctx, uint32_t global_index) {
+  ruccl_group_t *g = ctx;
+  if (global_index >= g->n_total || g->node_of[global_index] != g->node_index) return NULL;
+  return &g->mail[g->local_of[global_index]];
+}
+
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
   const ruccl_config_t *cfg = &g->config;
   const ruccl_bootstrap_t *bootstrap =
@@ -111,6 +119,11 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
           table.nodes[k].peer_ids[0] == me->peer_ids[0])
         my_node = k;
     rc = number_peers(g, &table, my_node);
+  }
+  if (rc == RUCCL_OK) {
+    ruccl_p2p_routes_t routes = {.mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of};
+    net->me = my_node;
+    rc = ruccl_p2p_net_init(net, &table, &routes);
   }
   if (rc == RUCCL_OK) rc = ruccl_net_connect_all(net, &table, my_node, deadline);
   ruccl_table_free(&table);

@@ -25,6 +25,7 @@
 #include "../dtype.h"
 #include "../error.h"
 #include "../testing.h"
+#include "p2p_net.h"
 #include "wire.h"
 
 #define BOUNCE_BYTES (256 * 1024)
@@ -119,11 +120,18 @@ static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigne
     if (rc != RUCCL_OK) return rc;
     int64_t hs_deadline = ruccl_now_ns() + STRANGER_TIMEOUT_NS;
     if (hs_deadline > deadline_ns) hs_deadline = deadline_ns;
+    union {
+      node_hello_t node;
+      unsigned char bytes[256];
+    } first;
     node_hello_t hello;
     uint16_t type = 0;
     uint32_t len = 0;
     rc = ruccl_auth_server(fd, net->secret, net->secret_len, hs_deadline);
-    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, &hello, sizeof hello, &len, hs_deadline);
+    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, &first, sizeof first, &len, hs_deadline);
+    /* a node already set up opens a point-to-point stream early */
+    if (rc == RUCCL_OK && type == RUCCL_FRAME_P2P && ruccl_p2p_net_adopt(net, fd, &first, len, hs_deadline)) continue;
+    memcpy(&hello, &first, sizeof hello);
     if (rc == RUCCL_OK) {
       uint32_t node = ntohl(hello.node);
       hello.group[sizeof hello.group - 1] = 0;
@@ -149,9 +157,17 @@ static void *guard_main(void *arg) {
       OPENSSL_thread_stop();
       return NULL;
     }
-    /* The session is complete: whoever this is, it is refused (after the handshake,
-       so that a stranger learns nothing but a wrong secret learns it is wrong). */
-    ruccl_auth_server(fd, net->secret, net->secret_len, ruccl_now_ns() + STRANGER_TIMEOUT_NS);
+    /* The session is complete: only a node of it opening a point-to-point stream
+       is taken; anyone else is refused (after the handshake, so that a stranger
+       learns nothing but a wrong secret learns it is wrong). */
+    int64_t deadline = ruccl_now_ns() + STRANGER_TIMEOUT_NS;
+    unsigned char first[256];
+    uint16_t type = 0;
+    uint32_t len = 0;
+    if (ruccl_auth_server(fd, net->secret, net->secret_len, deadline) == RUCCL_OK &&
+        ruccl_frame_recv(fd, &type, first, sizeof first, &len, deadline) == RUCCL_OK && type == RUCCL_FRAME_P2P &&
+        ruccl_p2p_net_adopt(net, fd, first, len, deadline))
+      continue;
     ruccl_log(1, "node %u: refused a connection on the data port during the session", net->me);
     close(fd);
   }
@@ -243,13 +259,32 @@ static int peer_closed(int fd) {
    Over shared memory the data is in the ring, which stays mapped on the peer's
    side; the receiver takes what the ring holds before it believes the notice
    (check_shm_sockets), so the same wait on the socket is all it takes. */
+void ruccl_net_wait_taken(const ruccl_net_t *net, const int *fds, unsigned n, int64_t deadline_ns) {
+  char *wait_for = calloc(n, 1);
+  unsigned waiting = 0;
+  for (unsigned i = 0; wait_for && i < n; i++)
+    if (fds[i] >= 0) wait_for[i] = 1, waiting++;
+  while (waiting && ruccl_now_ns() < deadline_ns) {
+    for (unsigned i = 0; i < n; i++) {
+      if (!wait_for[i]) continue;
+      int queued = 0;
+      if (ioctl(fds[i], SIOCOUTQ, &queued) != 0 || queued == 0 || peer_closed(fds[i])) wait_for[i] = 0, waiting--;
+    }
+    if (waiting) {
+      struct timespec pause = {0, 200000};
+      nanosleep(&pause, NULL);
+    }
+  }
+  if (waiting) ruccl_log(1, "node %u: finished, but %u node(s) had not taken all it sent within the timeout", net->me,
+                         waiting);
+  free(wait_for);
+}
+
 static void finish_links(ruccl_net_t *net) {
   if (!net->fds || atomic_exchange(&net->aborted, 1)) return;
   int64_t deadline = ruccl_deadline_after_ms(net->timeout_ms);
-  unsigned n = net->num_nodes, waiting = 0;
   int *fds = net->fds;
-  char *wait_for = calloc(n, 1);
-  for (unsigned i = 0; i < n; i++) {
+  for (unsigned i = 0; i < net->num_nodes; i++) {
     if (fds[i] < 0) continue;
     /* Written whole, by hand rather than with ruccl_write_all: a peer that finished
        first has closed its end, which is no failure to record or log. */
@@ -268,33 +303,20 @@ static void finish_links(ruccl_net_t *net) {
       }
     }
     shutdown(fds[i], SHUT_WR);
-    if (wait_for) wait_for[i] = 1, waiting++;
   }
-  while (waiting && ruccl_now_ns() < deadline) {
-    for (unsigned i = 0; i < n; i++) {
-      if (!wait_for[i]) continue;
-      int queued = 0;
-      if (ioctl(fds[i], SIOCOUTQ, &queued) != 0 || queued == 0 || peer_closed(fds[i])) wait_for[i] = 0, waiting--;
-    }
-    if (waiting) {
-      struct timespec pause = {0, 200000};
-      nanosleep(&pause, NULL);
-    }
-  }
-  if (waiting) ruccl_log(1, "node %u: finished, but %u node(s) had not taken all it sent within the timeout", net->me,
-                         waiting);
-  free(wait_for);
+  ruccl_net_wait_taken(net, fds, net->num_nodes, deadline);
 }
 
 void ruccl_net_close(ruccl_net_t *net, int finished) {
-  if (finished) finish_links(net);
-  if (net->guard_running) {
+  if (net->guard_running) { /* no stream opens from here on */
     char b = 1;
     if (write(net->wake[1], &b, 1) != 1) {
     }
     pthread_join(net->guard, NULL);
     net->guard_running = 0;
   }
+  ruccl_p2p_net_close(net, finished);
+  if (finished) finish_links(net);
   for (unsigned i = 0; net->fds && i < net->num_nodes; i++) {
     if (net->fds[i] >= 0) close(net->fds[i]);
     if (net->shm) ruccl_shm_close(&net->shm[i]);
@@ -471,7 +493,7 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
   }
 }
 
-static ruccl_result_t session_state(const ruccl_net_t *net) {
+ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net) {
   if (net->reset && atomic_load(net->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
   if (net->broken && atomic_load(net->broken))
     return ruccl_fail((ruccl_result_t)atomic_load(net->broken), "the session failed on this node");
@@ -542,7 +564,7 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     if (out_pending(&o)) rc = pump_out(net, &o);
     if (spins == 0 && in.fd >= 0 && ruccl_testing_pause() && rc == RUCCL_OK) {
       /* a test lags here, then looks at its peers before at what arrived */
-      rc = session_state(net);
+      rc = ruccl_net_session_state(net);
       if (rc == RUCCL_OK) rc = check_shm_sockets(net, &o, out_pending(&o), &in, 1);
     }
     if (rc == RUCCL_OK && in_pending(&in)) rc = pump_in(net, &in);
@@ -557,7 +579,7 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
       if (now >= deadline_ns)
         return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d: no answer within the timeout of %lld ms",
                           net->me, in_busy ? in.node : o.node, (long long)net->timeout_ms);
-      rc = session_state(net);
+      rc = ruccl_net_session_state(net);
       if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
       if (rc != RUCCL_OK) return rc;
     }

@@ -29,7 +29,9 @@ typedef struct ruccl_net {
   size_t secret_len;
   int64_t timeout_ms; /* the session's: how long a finishing node waits for its peers to take what it sent */
   unsigned char *bounce; /* reduce-on-receive staging */
+  struct ruccl_p2p_net *p2p; /* point-to-point streams (p2p_net.h) */
 } ruccl_net_t;
+typedef struct ruccl_p2p_net ruccl_p2p_net_t;
 
 /* Opens the data service (port 0 = any) before joining, so its port can be announced. */
 ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned port);
@@ -43,6 +45,12 @@ void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code);
 /* A clean end: tells the others this node finished, waits until they have taken
    everything it sent (bounded by the session's timeout), closes everything. */
 void ruccl_net_close(ruccl_net_t *net, int finished);
+
+/* RESET or the failure that broke the session, else RUCCL_OK. */
+ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net);
+/* Waits until the other end of each fds[i] >= 0 has taken every byte sent on it
+   (the kernel's send queue is empty) or closed, or the deadline passes. */
+void ruccl_net_wait_taken(const ruccl_net_t *net, const int *fds, unsigned n, int64_t deadline_ns);
 
 extern const ruccl_transport_ops_t ruccl_tcp_ops; /* endpoint: ruccl_net_t */
 

@@ -1,0 +1,408 @@
+/* p2p_net.c — point-to-point messages between nodes (see p2p_net.h). */
+#include "p2p_net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../error.h"
+#include "wire.h"
+
+#define POLL_SLICE_MS 50
+#define SINK_BYTES (64 * 1024)
+#define HELLO_BYTES (RUCCL_MAX_GROUP_NAME + 4)
+
+enum { FRAME_MESSAGE = 1, FRAME_END = 2 };
+
+typedef struct {
+  pthread_mutex_t mu; /* one sender at a time; held for a whole message */
+  int fd;             /* -1: not opened yet */
+  ruccl_result_t failed;
+  char why[200];
+} out_conn_t;
+
+typedef struct {
+  int fd; /* -1: none (yet, or any more) */
+  unsigned char hdr[RUCCL_P2P_FRAME_BYTES];
+  size_t hdr_done;
+  int in_message, ended;
+  size_t len, done;
+  int drop; /* no mailbox takes it */
+  ruccl_arrival_t arrival;
+} in_conn_t;
+
+struct ruccl_p2p_net {
+  unsigned num_nodes, me;
+  char (*addr)[RUCCL_MAX_ADDRESS];
+  unsigned *port;
+  ruccl_p2p_routes_t routes;
+  out_conn_t *out;
+  pthread_mutex_t in_mu; /* in[].fd, the reader's start */
+  in_conn_t *in;
+  pthread_t reader;
+  int reader_running;
+  int wake[2];
+  atomic_int stop;
+  char *sink;
+};
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+static void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const unsigned char *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
+
+static void encode_frame(unsigned char f[RUCCL_P2P_FRAME_BYTES], uint32_t kind, uint32_t src, uint32_t dst,
+                         int32_t tag, uint64_t len) {
+  put_u32(f, kind);
+  put_u32(f + 4, src);
+  put_u32(f + 8, dst);
+  put_u32(f + 12, (uint32_t)tag);
+  put_u64(f + 16, len);
+}
+
+/* ---- set-up --------------------------------------------------------------------- */
+
+ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, const ruccl_p2p_routes_t *routes) {
+  unsigned n = table->num_nodes;
+  ruccl_p2p_net_t *p = calloc(1, sizeof *p);
+  if (!p) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
+  p->num_nodes = n;
+  p->me = net->me;
+  p->routes = *routes;
+  p->addr = calloc(n, sizeof *p->addr);
+  p->port = calloc(n, sizeof *p->port);
+  p->out = calloc(n, sizeof *p->out);
+  p->in = calloc(n, sizeof *p->in);
+  p->sink = malloc(SINK_BYTES);
+  p->wake[0] = p->wake[1] = -1;
+  if (!p->addr || !p->port || !p->out || !p->in || !p->sink || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink);
+    if (p->wake[0] >= 0) close(p->wake[0]), close(p->wake[1]);
+    free(p);
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
+  }
+  for (unsigned k = 0; k < n; k++) {
+    snprintf(p->addr[k], sizeof p->addr[k], "%s", table->nodes[k].address);
+    p->port[k] = table->nodes[k].data_port;
+    pthread_mutex_init(&p->out[k].mu, NULL);
+    p->out[k].fd = -1;
+    p->in[k].fd = -1;
+  }
+  pthread_mutex_init(&p->in_mu, NULL);
+  atomic_init(&p->stop, 0);
+  net->p2p = p;
+  return RUCCL_OK;
+}
+
+/* ---- receiving ------------------------------------------------------------------ */
+
+/* The stream from node k ended (code: PEER_FINISHED after its end frame, else why
+   it broke): what was arriving fails, and so do receives waiting for its peers. */
+static void stream_over(ruccl_p2p_net_t *p, unsigned k, ruccl_result_t code, const char *why) {
+  in_conn_t *in = &p->in[k];
+  if (in->in_message && !in->drop) ruccl_arrival_end(&in->arrival, code, why);
+  in->in_message = 0;
+  pthread_mutex_lock(&p->in_mu);
+  close(in->fd);
+  in->fd = -1;
+  pthread_mutex_unlock(&p->in_mu);
+  uint32_t *srcs = malloc(sizeof *srcs * p->routes.n_total);
+  size_t ns = 0;
+  for (uint32_t gi = 0; srcs && gi < p->routes.n_total; gi++)
+    if (p->routes.node_of[gi] == k) srcs[ns++] = gi;
+  for (uint32_t gi = 0; srcs && gi < p->routes.n_total; gi++) {
+    ruccl_mailbox_t *mb = p->routes.node_of[gi] == p->me ? p->routes.mailbox(p->routes.ctx, gi) : NULL;
+    if (mb) ruccl_mailbox_fail_sources(mb, srcs, ns, code, why);
+  }
+  free(srcs);
+  ruccl_log(code == RUCCL_ERR_PEER_FINISHED ? 2 : 1, "node %u: point-to-point stream from node %u over: %s", p->me, k,
+            why);
+}
+
+/* A whole header: checked, then where its bytes go.  RUCCL_OK or why the stream is
+   unusable. */
+static ruccl_result_t header_in(ruccl_p2p_net_t *p, unsigned k, in_conn_t *in, char *why, size_t cap) {
+  uint32_t kind = get_u32(in->hdr), src = get_u32(in->hdr + 4), dst = get_u32(in->hdr + 8);
+  int32_t tag = (int32_t)get_u32(in->hdr + 12);
+  uint64_t len = get_u64(in->hdr + 16);
+  in->hdr_done = 0;
+  if (kind == FRAME_END && !in->ended) {
+    in->ended = 1;
+    return RUCCL_OK;
+  }
+  const ruccl_p2p_routes_t *r = &p->routes;
+  if (kind != FRAME_MESSAGE || in->ended || src >= r->n_total || r->node_of[src] != k || dst >= r->n_total ||
+      r->node_of[dst] != p->me || len > RUCCL_P2P_MAX_MESSAGE) {
+    snprintf(why, cap, "node %u sent a malformed point-to-point frame (kind %u, from %u to %u, %llu bytes)", k, kind,
+             src, dst, (unsigned long long)len);
+    return RUCCL_ERR_PROTOCOL;
+  }
+  ruccl_mailbox_t *mb = r->mailbox(r->ctx, dst);
+  in->in_message = 1;
+  in->len = (size_t)len;
+  in->done = 0;
+  in->drop = !mb;
+  if (mb) ruccl_arrival_begin(mb, src, tag, in->len, &in->arrival);
+  return RUCCL_OK;
+}
+
+/* Reads what node k's stream holds.  Returns 0 while it goes on. */
+static int pump(ruccl_p2p_net_t *p, unsigned k) {
+  in_conn_t *in = &p->in[k];
+  char why[240];
+  for (;;) {
+    if (in->in_message && in->done == in->len) {
+      if (!in->drop) ruccl_arrival_end(&in->arrival, RUCCL_OK, NULL);
+      in->in_message = 0;
+      continue;
+    }
+    char *dst;
+    size_t want;
+    if (!in->in_message) {
+      dst = (char *)in->hdr + in->hdr_done;
+      want = sizeof in->hdr - in->hdr_done;
+    } else {
+      dst = in->drop ? NULL : ruccl_arrival_target(&in->arrival, in->done);
+      want = in->len - in->done;
+      if (!dst) {
+        dst = p->sink;
+        if (want > SINK_BYTES) want = SINK_BYTES;
+      }
+    }
+    ssize_t got = recv(in->fd, dst, want, MSG_DONTWAIT);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (got <= 0) {
+      if (got == 0 && in->ended && !in->in_message && in->hdr_done == 0) {
+        snprintf(why, sizeof why, "node %u finished its session", k);
+        stream_over(p, k, RUCCL_ERR_PEER_FINISHED, why);
+      } else {
+        snprintf(why, sizeof why, "lost node %u's point-to-point connection (%s)", k,
+                 got == 0 ? "closed" : strerror(errno));
+        stream_over(p, k, RUCCL_ERR_PEER_LOST, why);
+      }
+      return 1;
+    }
+    if (in->in_message) {
+      in->done += (size_t)got;
+      continue;
+    }
+    in->hdr_done += (size_t)got;
+    if (in->hdr_done < sizeof in->hdr) continue;
+    ruccl_result_t rc = header_in(p, k, in, why, sizeof why);
+    if (rc != RUCCL_OK) {
+      stream_over(p, k, rc, why);
+      return 1;
+    }
+  }
+}
+
+static void *reader_main(void *arg) {
+  ruccl_p2p_net_t *p = arg;
+  struct pollfd *pf = malloc(sizeof *pf * (p->num_nodes + 1));
+  unsigned *node = malloc(sizeof *node * (p->num_nodes + 1));
+  while (pf && node && !atomic_load(&p->stop)) {
+    nfds_t n = 0;
+    pf[n++] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+    pthread_mutex_lock(&p->in_mu);
+    for (unsigned k = 0; k < p->num_nodes; k++)
+      if (p->in[k].fd >= 0) node[n] = k, pf[n++] = (struct pollfd){.fd = p->in[k].fd, .events = POLLIN};
+    pthread_mutex_unlock(&p->in_mu);
+    if (poll(pf, n, 1000) < 0 && errno != EINTR) break;
+    if (pf[0].revents) {
+      char b[64];
+      while (read(p->wake[0], b, sizeof b) > 0) {
+      }
+    }
+    for (nfds_t i = 1; i < n; i++)
+      if (pf[i].revents) pump(p, node[i]);
+  }
+  free(pf);
+  free(node);
+  OPENSSL_thread_stop();
+  return NULL;
+}
+
+int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len, int64_t deadline_ns) {
+  ruccl_p2p_net_t *p = net->p2p;
+  if (!p || len != HELLO_BYTES) return 0;
+  char group[RUCCL_MAX_GROUP_NAME];
+  memcpy(group, hello, sizeof group);
+  group[sizeof group - 1] = 0;
+  uint32_t k = get_u32((const unsigned char *)hello + RUCCL_MAX_GROUP_NAME);
+  if (strcmp(group, net->group) != 0 || k >= p->num_nodes || k == p->me) return 0;
+  pthread_mutex_lock(&p->in_mu);
+  int taken = p->in[k].fd < 0 && !atomic_load(&p->stop);
+  if (taken) {
+    uint32_t ok = 1;
+    unsigned char wire[4];
+    put_u32(wire, ok);
+    taken = ruccl_frame_send(fd, RUCCL_FRAME_P2P_ACK, wire, sizeof wire, deadline_ns) == RUCCL_OK;
+  }
+  if (taken) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    memset(&p->in[k], 0, sizeof p->in[k]);
+    p->in[k].fd = fd;
+    if (!p->reader_running) p->reader_running = pthread_create(&p->reader, NULL, reader_main, p) == 0;
+    taken = p->reader_running;
+    if (!taken) p->in[k].fd = -1;
+  }
+  pthread_mutex_unlock(&p->in_mu);
+  if (taken) {
+    char b = 1;
+    if (write(p->wake[1], &b, 1) < 0) {
+    }
+    ruccl_log(2, "node %u: node %u opened a point-to-point stream", p->me, k);
+  }
+  return taken;
+}
+
+/* ---- sending -------------------------------------------------------------------- */
+
+/* Connection lock held. */
+static ruccl_result_t open_out(ruccl_net_t *net, unsigned k, int64_t deadline_ns) {
+  ruccl_p2p_net_t *p = net->p2p;
+  int fd = -1;
+  ruccl_result_t rc = ruccl_tcp_connect(p->addr[k], (int)p->port[k], deadline_ns, &fd);
+  if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, net->secret, net->secret_len, deadline_ns);
+  if (rc == RUCCL_OK) {
+    unsigned char hello[HELLO_BYTES] = {0};
+    snprintf((char *)hello, RUCCL_MAX_GROUP_NAME, "%s", net->group);
+    put_u32(hello + RUCCL_MAX_GROUP_NAME, p->me);
+    rc = ruccl_frame_send(fd, RUCCL_FRAME_P2P, hello, sizeof hello, deadline_ns);
+  }
+  if (rc == RUCCL_OK) {
+    unsigned char ack[4];
+    uint16_t type = 0;
+    uint32_t len = 0;
+    rc = ruccl_frame_recv(fd, &type, ack, sizeof ack, &len, deadline_ns);
+    if (rc == RUCCL_OK && (type != RUCCL_FRAME_P2P_ACK || len != sizeof ack || get_u32(ack) != 1))
+      rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u refused a point-to-point stream", k);
+  }
+  if (rc != RUCCL_OK) {
+    if (fd >= 0) close(fd);
+    return ruccl_fail(rc == RUCCL_ERR_TIMEOUT ? rc : RUCCL_ERR_PEER_LOST,
+                      "node %u cannot open a point-to-point connection to node %u at %s:%u (it may have finished): %s",
+                      p->me, k, p->addr[k], p->port[k], ruccl_last_error_detail());
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  p->out[k].fd = fd;
+  ruccl_log(2, "node %u: opened a point-to-point connection to node %u", p->me, k);
+  return RUCCL_OK;
+}
+
+/* Writes all of buf, waiting for room until the deadline; gives up when the
+   session fails meanwhile. */
+static ruccl_result_t write_out(ruccl_net_t *net, unsigned k, int fd, const void *buf, size_t len,
+                                int64_t deadline_ns) {
+  const char *at = buf;
+  while (len) {
+    ssize_t w = send(fd, at, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      at += w, len -= (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u lost its point-to-point connection to node %u (%s)",
+                        net->p2p->me, k, strerror(errno));
+    ruccl_result_t rc = ruccl_net_session_state(net);
+    if (rc != RUCCL_OK) return rc;
+    int64_t now = ruccl_now_ns();
+    if (now >= deadline_ns)
+      return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u: node %u took no point-to-point bytes within the timeout",
+                        net->p2p->me, k);
+    int64_t left_ms = (deadline_ns - now) / 1000000 + 1;
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    poll(&pf, 1, left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS);
+  }
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src, uint32_t dst, int32_t tag,
+                                  const void *buf, size_t bytes, int64_t deadline_ns) {
+  ruccl_p2p_net_t *p = net->p2p;
+  out_conn_t *o = &p->out[node];
+  pthread_mutex_lock(&o->mu);
+  ruccl_result_t rc = o->failed;
+  if (rc != RUCCL_OK) {
+    ruccl_set_last_error(o->why);
+  } else {
+    rc = ruccl_net_session_state(net);
+    if (rc == RUCCL_OK && o->fd < 0) rc = open_out(net, node, deadline_ns);
+    unsigned char f[RUCCL_P2P_FRAME_BYTES];
+    encode_frame(f, FRAME_MESSAGE, src, dst, tag, bytes);
+    if (rc == RUCCL_OK) rc = write_out(net, node, o->fd, f, sizeof f, deadline_ns);
+    if (rc == RUCCL_OK && bytes) rc = write_out(net, node, o->fd, buf, bytes, deadline_ns);
+    if (rc != RUCCL_OK) { /* a message cut short leaves the stream unusable */
+      if (o->fd >= 0) close(o->fd);
+      o->fd = -1;
+      o->failed = rc;
+      snprintf(o->why, sizeof o->why, "%s", ruccl_last_error());
+    }
+  }
+  pthread_mutex_unlock(&o->mu);
+  return rc;
+}
+
+/* ---- the end -------------------------------------------------------------------- */
+
+void ruccl_p2p_net_close(ruccl_net_t *net, int finished) {
+  ruccl_p2p_net_t *p = net->p2p;
+  if (!p) return;
+  int64_t deadline = ruccl_deadline_after_ms(net->timeout_ms);
+  int *fds = malloc(sizeof *fds * p->num_nodes);
+  for (unsigned k = 0; k < p->num_nodes; k++) {
+    out_conn_t *o = &p->out[k];
+    pthread_mutex_lock(&o->mu);
+    if (fds) fds[k] = -1;
+    if (o->fd >= 0 && finished) {
+      unsigned char f[RUCCL_P2P_FRAME_BYTES];
+      encode_frame(f, FRAME_END, 0, 0, 0, 0);
+      if (write_out(net, k, o->fd, f, sizeof f, deadline) == RUCCL_OK) {
+        shutdown(o->fd, SHUT_WR);
+        if (fds) fds[k] = o->fd;
+      }
+    }
+    pthread_mutex_unlock(&o->mu);
+  }
+  if (fds && finished) ruccl_net_wait_taken(net, fds, p->num_nodes, deadline);
+  free(fds);
+  atomic_store(&p->stop, 1);
+  char b = 1;
+  if (write(p->wake[1], &b, 1) < 0) {
+  }
+  pthread_mutex_lock(&p->in_mu);
+  int running = p->reader_running;
+  pthread_mutex_unlock(&p->in_mu);
+  if (running) pthread_join(p->reader, NULL);
+  for (unsigned k = 0; k < p->num_nodes; k++) {
+    in_conn_t *in = &p->in[k];
+    if (in->fd >= 0) {
+      if (in->in_message && !in->drop) ruccl_arrival_end(&in->arrival, RUCCL_ERR_PEER_LOST, "the session closed");
+      close(in->fd);
+    }
+    if (p->out[k].fd >= 0) close(p->out[k].fd);
+    pthread_mutex_destroy(&p->out[k].mu);
+  }
+  pthread_mutex_destroy(&p->in_mu);
+  close(p->wake[0]);
+  close(p->wake[1]);
+  free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink);
+  free(p);
+  net->p2p = NULL;
+}

@@ -1,0 +1,59 @@
+/* p2p_net.h — point-to-point messages between nodes, on connections of their own.
+ *
+ * A node opens a connection to another the first time one of its peers sends there
+ * (through the other's data port, authenticated like every connection) and sends
+ * on it only; it reads what others send on the connections they opened to it.  So
+ * the collectives' sockets and shared-memory rings never carry a point-to-point
+ * byte, each direction of a pair has one writer per message (the sending thread,
+ * under the connection's lock) and one reader (this node's receiving thread), and
+ * nodes that never exchange point-to-point never connect for it.
+ *
+ * Frame (little-endian, 24 bytes, then the payload): u32 kind (1 message, 2 end:
+ * the sending node finished), u32 source global index, u32 destination global
+ * index, i32 tag, u64 payload bytes.  The receiving thread streams each message
+ * into its mailbox (p2p_match.h) as it arrives. */
+#ifndef RUCCL_P2P_NET_H
+#define RUCCL_P2P_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../p2p_match.h"
+#include "bootstrap_wire.h"
+#include "transport_tcp.h"
+
+#define RUCCL_FRAME_P2P 23     /* opener -> data port: "point-to-point from node k" */
+#define RUCCL_FRAME_P2P_ACK 24 /* data port -> opener: taken */
+#define RUCCL_P2P_FRAME_BYTES 24
+#define RUCCL_P2P_MAX_MESSAGE (1ull << 40) /* bytes; a larger length is a protocol error */
+
+/* Where this node's peers' mailboxes are (global index -> mailbox, NULL when that
+   peer is not on this node), and every peer's node. */
+typedef struct {
+  ruccl_mailbox_t *(*mailbox)(void *ctx, uint32_t global_index);
+  void *ctx;
+  unsigned n_total;
+  const unsigned *node_of; /* by global index */
+} ruccl_p2p_routes_t;
+
+/* After ruccl_net_connect_all: keeps every node's data address for later
+   connections. */
+ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, const ruccl_p2p_routes_t *routes);
+
+/* Sends one message to peer dst on node `node` (opening the connection on first
+   use); returns once the kernel has all of it.  A failure closes that connection:
+   later sends to the node fail with the same code. */
+ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src, uint32_t dst, int32_t tag,
+                                  const void *buf, size_t bytes, int64_t deadline_ns);
+
+/* For the data port: an authenticated connection whose first frame (hello, len
+   bytes) was RUCCL_FRAME_P2P.  Takes fd (returns 1: a stream from a node of this
+   session, acknowledged) or leaves it to the caller to close (0). */
+int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len, int64_t deadline_ns);
+
+/* The end: with finished, every opened connection gets an end frame and is kept
+   until the other node has taken all of it (bounded by the session's timeout);
+   then the receiving thread stops and everything closes. */
+void ruccl_p2p_net_close(ruccl_net_t *net, int finished);
+
+#endif
