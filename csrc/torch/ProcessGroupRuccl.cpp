@@ -161,6 +161,14 @@ ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
                                   "BAND and BOR on bool)");
 }
 
+// The tag of the point-to-point messages that gather, scatter and all-to-all are
+// made of: apart from every tag a caller may use.
+constexpr int32_t kCollectiveTag = INT32_MIN;
+
+void need_tag(int tag) {
+  if (tag == kCollectiveTag) fail(RUCCL_ERR_INVALID_ARGUMENT, "tag " + std::to_string(tag) + " is reserved by ruccl");
+}
+
 void need_one(const std::vector<at::Tensor> &tensors, const char *what) {
   if (tensors.size() != 1)
     fail(RUCCL_ERR_INVALID_ARGUMENT,
@@ -519,6 +527,84 @@ void WorkRuccl::complete(std::exception_ptr error) {
   finish(error);
 }
 
+// ---- point-to-point work ----------------------------------------------------------
+
+WorkRucclP2p::WorkRucclP2p(int rank, c10d::OpType type, const char *title, at::Tensor user, at::Tensor buf,
+                           ruccl_request_t *req, bool recv)
+    : WorkRuccl(rank, type, title, {user}, {user, buf}, nullptr), user_(std::move(user)), buf_(std::move(buf)),
+      req_(req), recv_(recv) {}
+
+WorkRucclP2p::~WorkRucclP2p() { ruccl_request_free(req_); }
+
+bool WorkRucclP2p::settle() {
+  if (settled_.load(std::memory_order_acquire)) return true;
+  int done = 0;
+  ruccl_result_t rc = ruccl_test(req_, &done);
+  if (!done) return false;
+  conclude(rc);
+  return true;
+}
+
+void WorkRucclP2p::conclude(ruccl_result_t rc) {
+  std::string why = rc == RUCCL_OK ? "" : ruccl_last_error();
+  bool expected = false;
+  if (!settled_.compare_exchange_strong(expected, true)) return;
+  std::exception_ptr error;
+  try {
+    if (rc != RUCCL_OK) throw std::runtime_error(why.empty() ? ruccl_error_string(rc) : why);
+    if (recv_) {
+      uint32_t src = 0;
+      if (ruccl_request_source(req_, &src) == RUCCL_OK) source_.store(static_cast<int>(src));
+      if (!buf_.is_same(user_)) user_.copy_(buf_);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  complete(error);
+}
+
+bool WorkRucclP2p::wait(std::chrono::milliseconds timeout) {
+  if (!settled_.load(std::memory_order_acquire)) {
+    if (timeout != kNoTimeout) {
+      size_t index = 0;
+      if (ruccl_wait_any(&req_, 1, timeout.count(), &index) != RUCCL_OK && !settled_.load())
+        fail(RUCCL_ERR_TIMEOUT, "work.wait(" + std::to_string(timeout.count()) + " ms): the " +
+                                    (recv_ ? std::string("receive") : std::string("send")) +
+                                    " has not completed; it stays posted");
+    }
+    conclude(ruccl_wait(req_)); // torch's binding has released the GIL
+  }
+  return WorkRuccl::wait(timeout);
+}
+
+int WorkRucclP2p::sourceRank() const {
+  int src = source_.load();
+  if (src < 0) fail(RUCCL_ERR_INVALID_ARGUMENT, "sourceRank: the receive has not completed");
+  return src;
+}
+
+// Completes the receives nobody waits for (their futures, the works' state): waits on
+// all that are pending, in slices, so that new ones join within a slice.
+void ProcessGroupRuccl::completer_loop(std::shared_ptr<P2pState> st) {
+  std::vector<c10::intrusive_ptr<WorkRucclP2p>> works;
+  std::vector<ruccl_request_t *> reqs;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(st->mu);
+      st->works.erase(std::remove_if(st->works.begin(), st->works.end(), [](const auto &w) { return w->settled(); }),
+                      st->works.end());
+      st->cv.wait(lock, [&st] { return st->stop || !st->works.empty(); });
+      if (st->stop) return;
+      works = st->works;
+    }
+    reqs.clear();
+    for (auto &w : works) reqs.push_back(w->request());
+    size_t index = 0;
+    if (ruccl_wait_any(reqs.data(), reqs.size(), 20, &index) == RUCCL_OK) works[index]->settle();
+    works.clear();
+  }
+}
+
 // ---- the backend -----------------------------------------------------------------
 
 ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.rank, o.size) {
@@ -549,7 +635,9 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
     check(ruccl_config_set_secret(&cfg, secret.data(), secret.size()));
   }
   check(ruccl_register(static_cast<uint32_t>(o.rank), ruccl_device_t{RUCCL_DEVICE_CPU, 0}, &cfg, &comm_));
+  timeout_ms_ = std::max<int64_t>(o.timeout.count(), 1);
   for (int i = 0; i < 2; i++) workers_.emplace_back(worker_loop, this, q_);
+  completer_ = std::thread(completer_loop, p2p_);
 }
 
 ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
@@ -559,6 +647,23 @@ ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
 // it waits for the first call.  Called on a worker (a future callback that destroys
 // the group), that worker is let go instead of joined: it touches nothing of ours
 // after the callback (see worker_loop).
+// Every blocked or queued call of this group returns RUCCL_ERR_ABORTED promptly (on
+// the other ranks too), then the group shuts down.
+void ProcessGroupRuccl::abort() {
+  {
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (comm_) ruccl_comm_abort(comm_);
+  }
+  shutdown();
+}
+
+void ProcessGroupRuccl::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) fail(RUCCL_ERR_INVALID_ARGUMENT, "timeout must be > 0 ms");
+  timeout_ms_ = timeout.count();
+  std::lock_guard<std::mutex> lock(comm_mu_);
+  if (comm_) check(ruccl_comm_set_timeout(comm_, timeout_ms_)); // for the receives posted from now on
+}
+
 void ProcessGroupRuccl::shutdown() {
   std::vector<Job> stale;
   std::vector<std::thread> workers;
@@ -588,10 +693,23 @@ void ProcessGroupRuccl::shutdown() {
     std::unique_lock<std::mutex> lock(q_->mu);
     q_->cv.wait(lock, [this] { return !q_->busy; }); // an inline job on another caller
   }
+  std::vector<c10::intrusive_ptr<WorkRucclP2p>> pending;
+  {
+    std::lock_guard<std::mutex> lock(p2p_->mu);
+    p2p_->stop = true;
+    pending.swap(p2p_->works);
+  }
+  p2p_->cv.notify_all();
+  if (completer_.joinable()) {
+    if (completer_.get_id() == std::this_thread::get_id()) completer_.detach();
+    else completer_.join();
+  }
+  std::lock_guard<std::mutex> comm_lock(comm_mu_);
   if (comm_) {
-    ruccl_finish(comm_);
+    ruccl_finish(comm_); // receives still pending fail: this peer finished
     comm_ = nullptr;
   }
+  for (auto &w : pending) w->settle();
   {
     std::lock_guard<std::mutex> lock(q_->mu);
     q_->shut = true;
@@ -603,13 +721,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs, std::function<void()> run,
                                                           std::vector<P2pOp> p2p, bool caller_waits,
                                                           std::function<void()> after,
-                                                          std::vector<at::Tensor> inputs) {
+                                                          std::vector<at::Tensor> inputs,
+                                                          std::chrono::milliseconds timeout) {
   std::vector<at::Tensor> touched = outputs;
   touched.insert(touched.end(), inputs.begin(), inputs.end());
   for (const auto &op : p2p) touched.push_back(op.tensor);
   std::shared_ptr<StreamSync> sync = sync_at_issue(touched); // refuses a CUDA graph capture
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs), std::move(touched), sync);
-  Job job{std::move(run), std::move(p2p), work, std::move(sync), std::move(after)};
+  Job job{std::move(run), std::move(p2p), work, std::move(sync), std::move(after),
+          timeout.count() > 0 ? timeout.count() : 0};
   {
     std::unique_lock<std::mutex> lock(q_->mu);
     if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
@@ -648,6 +768,7 @@ void ProcessGroupRuccl::release_queue(Queue &q) {
 
 std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
   try {
+    check(ruccl_comm_set_timeout(comm_, job.timeout_ms > 0 ? job.timeout_ms : timeout_ms_.load()));
     JobStreams streams(job.sync.get());
     if (!job.p2p.empty()) {
       run_p2p(job.p2p);
@@ -768,7 +889,8 @@ void ProcessGroupRuccl::run_p2p(std::vector<P2pOp> &ops) {
   std::vector<ruccl_p2p_op_t> c_ops(ops.size());
   for (size_t i = 0; i < ops.size(); i++) {
     views[i] = view(staged[i].buf);
-    c_ops[i] = {ops[i].send ? RUCCL_P2P_SEND : RUCCL_P2P_RECV, &views[i], static_cast<uint32_t>(ops[i].peer)};
+    c_ops[i] = {ops[i].send ? RUCCL_P2P_SEND : RUCCL_P2P_RECV, &views[i],
+                ops[i].peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(ops[i].peer), ops[i].tag};
   }
   check(ruccl_p2p_group(comm_, c_ops.data(), c_ops.size()));
   for (size_t i = 0; i < ops.size(); i++)
@@ -787,7 +909,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tens
     ruccl_tensor_t v = view(h.buf);
     check(ruccl_all_reduce(comm_, &v, &v, op));
     h.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
@@ -816,7 +938,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tens
     ruccl_tensor_t v = view(h.buf);
     check(ruccl_broadcast_from(comm_, &v, root));
     h.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor> &tensors,
@@ -831,7 +953,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
     bool is_root = static_cast<int>(root) == rank_;
     check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op, root));
     if (is_root) h.put();
-  }, {}, !opts.asyncOp);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &output, at::Tensor &input,
@@ -843,7 +965,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &ou
     ruccl_tensor_t vi = view(hi.buf), vo = view(ho.buf);
     check(ruccl_all_gather(comm_, &vi, &vo));
     ho.put();
-  }, {}, !opts.asyncOp, nullptr, {in});
+  }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -864,7 +986,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather(std::vector<std::vec
     check(ruccl_all_gather(comm_, &vi, &vo));
     for (size_t k = 0; k < outs.size(); k++)
       outs[k].copy_(flat.narrow(0, static_cast<int64_t>(k) * in.numel(), in.numel()).view(outs[k].sizes()));
-  }, {}, !opts.asyncOp, nullptr, {in});
+  }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout);
 }
 
 // outputs[r][k]: rank r's block of input k.
@@ -919,7 +1041,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tenso
     ruccl_tensor_t vi = view(hi.buf), vo = view(ho.buf);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  }, {}, !opts.asyncOp, nullptr, {in});
+  }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -942,7 +1064,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
     ruccl_tensor_t vi = view(in), vo = view(ho.buf);
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
     ho.put();
-  }, {}, !opts.asyncOp, nullptr, ins);
+  }, {}, !opts.asyncOp, nullptr, ins, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesced(
@@ -959,25 +1081,58 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesce
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::barrier(const c10d::BarrierOptions &opts) {
   return enqueue(c10d::OpType::BARRIER, "ruccl:barrier", {}, [this] { check(ruccl_barrier(comm_)); }, {},
-                 !opts.asyncOp);
+                 !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
 // ---- point-to-point and what torch builds on it ----------------------------------
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::send(std::vector<at::Tensor> &tensors, int dst, int) {
+// Host tensors are posted at once, on the caller's thread, as gloo does: a send hands
+// its message over before it returns, a receive completes in the background (see
+// WorkRucclP2p), and neither waits behind queued collectives.  Device tensors, and
+// ops inside a coalescing block, go through the queue (their copies follow the
+// streams; a block runs as one ruccl_p2p_group).
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::post_p2p(bool send, at::Tensor t, int peer, int tag) {
+  need_tag(tag);
+  dtype_of(t.scalar_type());
+  c10d::OpType type = send ? c10d::OpType::SEND : peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV;
+  const char *title = send ? "ruccl:send" : peer < 0 ? "ruccl:recv_anysource" : "ruccl:recv";
+  bool queued;
+  {
+    std::lock_guard<std::mutex> lock(q_->mu);
+    if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
+    queued = q_->coalescing || !t.device().is_cpu();
+  }
+  if (queued) return enqueue(type, title, {t}, nullptr, {{send, t, peer, tag}});
+  at::Tensor buf = t.is_contiguous() ? t : send ? t.contiguous() : at::empty(t.sizes(), t.options());
+  ruccl_tensor_t v = view(buf);
+  ruccl_request_t *req = nullptr;
+  check(send ? ruccl_isend(comm_, &v, static_cast<uint32_t>(peer), tag, &req)
+             : ruccl_irecv(comm_, &v, peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(peer), tag, &req));
+  auto work = c10::make_intrusive<WorkRucclP2p>(rank_, type, title, t, buf, req, !send);
+  if (send || work->settle()) return work;
+  {
+    std::lock_guard<std::mutex> lock(p2p_->mu);
+    p2p_->works.push_back(work);
+  }
+  p2p_->cv.notify_all();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
   need_one(tensors, "send");
-  dtype_of(tensors[0].scalar_type());
-  return enqueue(c10d::OpType::SEND, "ruccl:send", {tensors[0]}, nullptr, {{true, tensors[0], dst}});
+  if (dst < 0 || dst >= size_) fail(RUCCL_ERR_INVALID_ARGUMENT, "send to rank " + std::to_string(dst));
+  return post_p2p(true, tensors[0], dst, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recv(std::vector<at::Tensor> &tensors, int src, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
   need_one(tensors, "recv");
-  dtype_of(tensors[0].scalar_type());
-  return enqueue(c10d::OpType::RECV, "ruccl:recv", {tensors[0]}, nullptr, {{false, tensors[0], src}});
+  if (src < 0 || src >= size_) fail(RUCCL_ERR_INVALID_ARGUMENT, "recv from rank " + std::to_string(src));
+  return post_p2p(false, tensors[0], src, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recvAnysource(std::vector<at::Tensor> &, int) {
-  fail(RUCCL_ERR_UNSUPPORTED, "recv from any source: name the source rank");
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::recvAnysource(std::vector<at::Tensor> &tensors, int tag) {
+  need_one(tensors, "recv");
+  return post_p2p(false, tensors[0], -1, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -995,11 +1150,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::gather(std::vector<std::vector
     outs = outputs[0];
     for (int r = 0; r < size_; r++) {
       need_same(outs[r], in, "gather output/input");
-      ops.push_back({false, outs[r], r});  // the root's own block too: it sends it to itself
+      ops.push_back({false, outs[r], r, kCollectiveTag});  // the root's own block too: it sends it to itself
     }
   }
-  ops.push_back({true, in, root});
-  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops);
+  ops.push_back({true, in, root, kCollectiveTag});
+  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops, false, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::scatter(std::vector<at::Tensor> &outputs,
@@ -1015,17 +1170,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::scatter(std::vector<at::Tensor
       fail(RUCCL_ERR_INVALID_ARGUMENT, "scatter needs one input list of world size on the root");
     for (int r = 0; r < size_; r++) {
       need_same(inputs[0][r], out, "scatter input/output");
-      ops.push_back({true, inputs[0][r], r});
+      ops.push_back({true, inputs[0][r], r, kCollectiveTag});
     }
   }
-  ops.push_back({false, out, root});
-  return enqueue(c10d::OpType::SCATTER, "ruccl:scatter", {out}, nullptr, ops);
+  ops.push_back({false, out, root, kCollectiveTag});
+  return enqueue(c10d::OpType::SCATTER, "ruccl:scatter", {out}, nullptr, ops, false, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall_base(at::Tensor &output, at::Tensor &input,
                                                                 std::vector<int64_t> &output_split_sizes,
                                                                 std::vector<int64_t> &input_split_sizes,
-                                                                const c10d::AllToAllOptions &) {
+                                                                const c10d::AllToAllOptions &opts) {
   dtype_of(input.scalar_type());
   if (input.scalar_type() != output.scalar_type())
     fail(RUCCL_ERR_DTYPE_MISMATCH, "all_to_all_single: input and output dtypes differ");
@@ -1033,15 +1188,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall_base(at::Tensor &outp
   std::vector<at::Tensor> outs = split_rows(output, output_split_sizes, size_, "all_to_all_single output");
   std::vector<P2pOp> ops;
   for (int r = 0; r < size_; r++) {
-    ops.push_back({true, ins[r], r});
-    ops.push_back({false, outs[r], r});
+    ops.push_back({true, ins[r], r, kCollectiveTag});
+    ops.push_back({false, outs[r], r, kCollectiveTag});
   }
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "ruccl:all_to_all_single", {output}, nullptr, ops);
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "ruccl:all_to_all_single", {output}, nullptr, ops, false, nullptr, {},
+                 opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall(std::vector<at::Tensor> &outputs,
                                                            std::vector<at::Tensor> &inputs,
-                                                           const c10d::AllToAllOptions &) {
+                                                           const c10d::AllToAllOptions &opts) {
   if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_)
     fail(RUCCL_ERR_INVALID_ARGUMENT, "all_to_all needs world size input and output tensors");
   std::vector<P2pOp> ops;
@@ -1049,10 +1205,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall(std::vector<at::Tenso
     dtype_of(inputs[r].scalar_type());
     if (inputs[r].scalar_type() != outputs[r].scalar_type())
       fail(RUCCL_ERR_DTYPE_MISMATCH, "all_to_all: input and output dtypes differ");
-    ops.push_back({true, inputs[r], r});
-    ops.push_back({false, outputs[r], r});
+    ops.push_back({true, inputs[r], r, kCollectiveTag});
+    ops.push_back({false, outputs[r], r, kCollectiveTag});
   }
-  return enqueue(c10d::OpType::ALLTOALL, "ruccl:all_to_all", outputs, nullptr, ops);
+  return enqueue(c10d::OpType::ALLTOALL, "ruccl:all_to_all", outputs, nullptr, ops, false, nullptr, {}, opts.timeout);
 }
 
 }  // namespace ruccl_torch

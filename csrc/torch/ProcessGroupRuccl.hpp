@@ -75,6 +75,32 @@ class WorkRuccl : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// A point-to-point op on host tensors, posted at issue (ruccl_isend / ruccl_irecv).
+// A send is complete when posted; a receive completes when waited for, or when the
+// backend's completer sees it done (which completes the future).  The request is
+// freed with the work.
+class WorkRucclP2p : public WorkRuccl {
+ public:
+  WorkRucclP2p(int rank, c10d::OpType type, const char *title, at::Tensor user, at::Tensor buf, ruccl_request_t *req,
+               bool recv);
+  ~WorkRucclP2p() override;
+  // Blocks until the op completes; with a timeout, throws RUCCL_ERR_TIMEOUT when it
+  // has not completed by then (the receive stays posted).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  int sourceRank() const override; // the sender of a completed receive
+  bool settle();                    // completes the work if its request is done; whether it is
+  bool settled() const { return settled_.load(); }
+  ruccl_request_t *request() const { return req_; }
+
+ private:
+  void conclude(ruccl_result_t rc); // once: copies a receive back, completes the work
+  at::Tensor user_, buf_;
+  ruccl_request_t *req_;
+  bool recv_;
+  std::atomic<bool> settled_{false};
+  std::atomic<int> source_{-1};
+};
+
 class ProcessGroupRuccl : public c10d::Backend {
  public:
   explicit ProcessGroupRuccl(const RucclOptions &opts);
@@ -82,6 +108,9 @@ class ProcessGroupRuccl : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ruccl"; }
   void shutdown() override;
+  void abort() override;
+  // The timeout of later ops that name none (torch's _set_default_timeout).
+  void setTimeout(std::chrono::milliseconds timeout) override;
 
   // Coalescing (batch_isend_irecv, _coalescing_manager): the ops issued between
   // start and end run as one job; the point-to-point ones as one ruccl_p2p_group, so
@@ -141,7 +170,8 @@ class ProcessGroupRuccl : public c10d::Backend {
   struct P2pOp {
     bool send;
     at::Tensor tensor;
-    int peer;
+    int peer; // a receive: -1 = any
+    int tag = 0;
   };
 
  private:
@@ -153,6 +183,15 @@ class ProcessGroupRuccl : public c10d::Backend {
     c10::intrusive_ptr<WorkRuccl> work;
     std::shared_ptr<StreamSync> sync; // with device tensors: how the job follows the caller's streams
     std::function<void()> after;      // run after the group is free, before the work completes
+    int64_t timeout_ms = 0;           // the op's own; 0: the group's
+  };
+
+  // Receives in flight, for the completer thread.
+  struct P2pState {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<c10::intrusive_ptr<WorkRucclP2p>> works;
+    bool stop = false;
   };
 
   // The queue, shared with the workers: a worker whose future callback destroyed the
@@ -174,7 +213,10 @@ class ProcessGroupRuccl : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
                                          std::function<void()> run, std::vector<P2pOp> p2p = {},
                                          bool caller_waits = false, std::function<void()> after = nullptr,
-                                         std::vector<at::Tensor> inputs = {});
+                                         std::vector<at::Tensor> inputs = {},
+                                         std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+  c10::intrusive_ptr<c10d::Work> post_p2p(bool send, at::Tensor t, int peer, int tag);
+  static void completer_loop(std::shared_ptr<P2pState> st);
   static void worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q);
   // Runs the job (never throws); returns the error, if any, for complete().
   std::exception_ptr run_job(Job &job);
@@ -184,8 +226,12 @@ class ProcessGroupRuccl : public c10d::Backend {
   void run_p2p(std::vector<P2pOp> &ops);
 
   ruccl_comm_t *comm_ = nullptr;
+  std::mutex comm_mu_; // abort() against shutdown()'s finish
+  std::atomic<int64_t> timeout_ms_{RUCCL_DEFAULT_TIMEOUT_MS};
   std::shared_ptr<Queue> q_ = std::make_shared<Queue>();
   std::vector<std::thread> workers_;
+  std::shared_ptr<P2pState> p2p_ = std::make_shared<P2pState>();
+  std::thread completer_;
   std::atomic<uint64_t> seq_{0};
 };
 

@@ -12,7 +12,10 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "ruCCL's torch.distributed backend (C++ shim over the ruCCL C core)";
   py::module_::import("torch.distributed");
   py::class_<ruccl_torch::ProcessGroupRuccl, c10d::Backend, c10::intrusive_ptr<ruccl_torch::ProcessGroupRuccl>>(
-      m, "ProcessGroupRuccl");
+      m, "ProcessGroupRuccl")
+      .def("_set_default_timeout", &ruccl_torch::ProcessGroupRuccl::setTimeout, py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>(),
+           "The timeout of later ops (as gloo's and NCCL's backends take it).");
   m.def(
       "create_backend",
       [](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, std::chrono::milliseconds timeout,
