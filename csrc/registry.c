@@ -326,9 +326,12 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
     if (c->index == 0) {
       /* Connect the nodes without holding the registry. */
       pthread_mutex_unlock(&registry_mu);
-      rc = ruccl_session_connect(g);
+      struct ruccl_net *net = NULL;
+      rc = ruccl_session_connect(g, &net);
       pthread_mutex_lock(&registry_mu);
       if (rc == RUCCL_OK) {
+        g->net = net; /* under the lock ruccl_reset reads it with */
+        if (atomic_load(&g->reset)) ruccl_net_abort(net, RUCCL_ERR_PEER_LOST); /* reset came meanwhile */
         g->net_state = 2;
       } else {
         g->net_state = -(int)rc;

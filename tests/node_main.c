@@ -31,6 +31,9 @@
  *   p2p       one ruccl_p2p_group: every peer exchanges uneven-sized messages with
  *             every peer (itself, its node's, the other nodes'), tags 1 and 2 each
  *             way, receiving tag 2 first (IDS must be 0..total-1)
+ *   reset     node of peer 0: its peers wait in an all-reduce while a thread calls
+ *             ruccl_reset() (all must return RESET within a second); other nodes
+ *             call the all-reduce later and must get PEER_LOST
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
@@ -323,6 +326,42 @@ static void scenario_p2pbig(peer_t *p, ruccl_comm_t *comm) {
   CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "barrier after point-to-point");
 }
 
+/* ruccl_reset() in a multi-node session, from a thread of its own while this node's
+   peers wait in an all-reduce the other node never joins: every local peer returns
+   RUCCL_ERR_RESET within a second; the other node's peers, calling later, lose it. */
+static _Atomic int64_t reset_at_ns;
+
+static void *reset_later(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, 500000000};
+  nanosleep(&pause, NULL);
+  reset_at_ns = ruccl_now_ns();
+  ruccl_reset();
+  return NULL;
+}
+
+static void scenario_reset(peer_t *p, ruccl_comm_t *comm) {
+  float a[8] = {1, 1, 1, 1, 1, 1, 1, 1}, b[8];
+  ruccl_tensor_t ta = vec(a, 8), tb = vec(b, 8);
+  if (p->first_local == 0) {
+    pthread_t t;
+    if (p->id == 0) pthread_create(&t, NULL, reset_later, NULL);
+    ruccl_result_t rc = ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM);
+    int64_t after_ms = (ruccl_now_ns() - reset_at_ns) / 1000000;
+    if (p->id == 0) pthread_join(t, NULL);
+    CHECK(p, rc == RUCCL_ERR_RESET, "all_reduce during ruccl_reset: %s (%s)", ruccl_error_string(rc),
+          ruccl_last_error());
+    CHECK(p, reset_at_ns != 0 && after_ms < 1000, "returned %lld ms after the reset", (long long)after_ms);
+    return;
+  }
+  struct timespec pause = {1, 500000000};
+  nanosleep(&pause, NULL);
+  int64_t t0 = ruccl_now_ns();
+  ruccl_result_t rc = ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM);
+  CHECK(p, rc == RUCCL_ERR_PEER_LOST, "all_reduce with a node that reset: %s", ruccl_error_string(rc));
+  CHECK(p, ruccl_now_ns() - t0 < 10000000000LL, "took %lld ms", (long long)((ruccl_now_ns() - t0) / 1000000));
+}
+
 /* A pseudo-random value in [-1, 1) with a full mantissa, from (peer, case, index). */
 static double rnd(uint32_t id, unsigned c, size_t i) {
   uint64_t x = ((uint64_t)id + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)c + 1) * 0xC2B2AE3D27D4EB4Full ^
@@ -477,6 +516,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "p2pbig")) scenario_p2pbig(p, comm);
+  else if (!strcmp(p->scenario, "reset")) scenario_reset(p, comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
   else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);

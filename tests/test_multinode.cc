@@ -258,6 +258,16 @@ TEST_P(Transports, PointToPointLikeGloo) {
   }
 }
 
+// ruccl_reset() while this node's two peers wait across nodes: RESET for both within
+// a second (not PEER_LOST), PEER_LOST for the other node.
+TEST_P(Transports, ResetInAMultiNodeSessionIsResetForEveryLocalPeer) {
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  for (const std::string ids : {"0,1", "2,3"})
+    pids.push_back(spawn_node({orch.address(), "2", "reset", ids, "reset"}, kSecret, GetParam()));
+  EXPECT_EQ(std::vector<int>(2, 0), wait_all(pids));
+}
+
 INSTANTIATE_TEST_SUITE_P(MultiNode, Transports, ::testing::Values("shm", "tcp"),
                          [](const auto &info) { return info.param; });
 

@@ -80,7 +80,7 @@ static ruccl_mailbox_t *mailbox_of(void *ctx, uint32_t global_index) {
   return &g->mail[g->local_of[global_index]];
 }
 
-ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
+ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   const ruccl_config_t *cfg = &g->config;
   const ruccl_bootstrap_t *bootstrap =
       ruccl_config_has_store(cfg) ? &ruccl_store_bootstrap : &ruccl_orchestrator_bootstrap;
@@ -134,7 +134,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g) {
     free(net);
     return rc;
   }
-  g->net = net;
+  *out = net; /* the registry publishes it, under its lock */
   ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
             g->n_total);
   return RUCCL_OK;

@@ -5,8 +5,10 @@
 #include "ruccl.h"
 
 struct ruccl_group;
-/* Called by the local peer of index 0 once the local rendezvous is complete. */
-ruccl_result_t ruccl_session_connect(struct ruccl_group *g);
+struct ruccl_net;
+/* Called by the local peer of index 0 once the local rendezvous is complete; *net is
+   the session's connections, for the caller to publish as g->net. */
+ruccl_result_t ruccl_session_connect(struct ruccl_group *g, struct ruccl_net **net);
 /* finished: tell the other nodes this one finished (else it just goes away). */
 void ruccl_session_close(struct ruccl_group *g, int finished);
 

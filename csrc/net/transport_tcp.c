@@ -364,6 +364,10 @@ static int in_pending(const in_state_t *in) {
    that is the answer; else it is lost. */
 static ruccl_result_t lost(const ruccl_net_t *net, int fd, int node, const char *what) {
   int saved = errno;
+  /* This node's own reset or failure shut the sockets: that is the cause, not the
+     connection. */
+  ruccl_result_t mine = ruccl_net_session_state(net);
+  if (mine != RUCCL_OK) return mine;
   msg_header_t h;
   if (recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT) {
     uint32_t code = ntohl(h.code);

@@ -479,9 +479,27 @@ def test_killed_rank_is_reported_as_peer_lost(ws, transport):
     RUCCL_ERR_PEER_LOST within KILL_PROMPT s of the kill (the group's timeout: 60 s)."""
     victim = 1
     ctx = torch.multiprocessing.get_context("spawn")
-    q = ctx.Queue()
+    # A queue per rank: a queue's writers share a lock, which the victim, killed while
+    # its feeder thread held it, would keep from the survivors for good.
+    queues = [ctx.Queue() for _ in range(ws)]
     port = free_port()
-    procs = [ctx.Process(target=_kill_main, args=(r, ws, port, transport, q), daemon=True) for r in range(ws)]
+    procs = [ctx.Process(target=_kill_main, args=(r, ws, port, transport, queues[r]), daemon=True)
+             for r in range(ws)]
+
+    class _Merged:
+        def get(self, timeout):
+            until = time.monotonic() + timeout
+            while True:
+                for one in queues:
+                    try:
+                        return one.get_nowait()
+                    except queue.Empty:
+                        pass
+                if time.monotonic() >= until:
+                    raise queue.Empty
+                time.sleep(0.01)
+
+    q = _Merged()
     for p in procs:
         p.start()
     try:
