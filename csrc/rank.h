@@ -52,7 +52,7 @@ struct ruccl_group {
   uint32_t *all_ids;       /* by global index: every peer id, ascending */
   unsigned *node_members;  /* [node * n + local index] -> global index */
   unsigned *node_of, *local_of; /* by global index */
-  struct ruccl_net *net;   /* NULL on a single node */
+  struct ruccl_net *_Atomic net; /* NULL on a single node; published once connected (threads of the net read it) */
   int net_state;           /* 0 none, 1 being set up by local index 0, 2 ready, <0 failed (-code) */
   char net_why[256];
 };

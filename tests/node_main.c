@@ -34,6 +34,8 @@
  *   reset     node of peer 0: its peers wait in an all-reduce while a thread calls
  *             ruccl_reset() (all must return RESET within a second); other nodes
  *             call the all-reduce later and must get PEER_LOST
+ *   abortrace rounds of a 4 MB all-reduce that a thread of peer 1 aborts after a
+ *             varying delay: every peer must end each round with ABORTED
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
@@ -362,6 +364,63 @@ static void scenario_reset(peer_t *p, ruccl_comm_t *comm) {
   CHECK(p, ruccl_now_ns() - t0 < 10000000000LL, "took %lld ms", (long long)((ruccl_now_ns() - t0) / 1000000));
 }
 
+/* An abort racing a big payload: every round, every peer starts a 4 MB ring
+   all-reduce (over TCP the node leaders' sockets carry it) and a thread of peer 1
+   calls ruccl_comm_abort after a short, varying delay.  Every peer, on every node,
+   must end the round with RUCCL_ERR_ABORTED: never PEER_LOST (the cause lost) nor
+   PROTOCOL (a notice read as data).  Each round is a fresh session (group
+   "race<r>"); RUCCL_RACE_ROUNDS sets how many (default 200). */
+typedef struct {
+  ruccl_comm_t *comm;
+  unsigned delay_us;
+} abort_later_t;
+
+static void *abort_after(void *arg) {
+  abort_later_t *a = arg;
+  struct timespec pause = {0, (long)a->delay_us * 1000};
+  nanosleep(&pause, NULL);
+  ruccl_comm_abort(a->comm);
+  return NULL;
+}
+
+static void scenario_abortrace(peer_t *p, ruccl_comm_t **commp) {
+  const char *env = getenv("RUCCL_RACE_ROUNDS");
+  unsigned rounds = env ? (unsigned)atoi(env) : 200, mid = 0;
+  const size_t count = 1u << 20;
+  float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
+  for (size_t i = 0; i < count; i++) in[i] = 1.0f;
+  ruccl_tensor_t ti = vec(in, count), to = vec(out, count);
+  for (unsigned r = 0; r < rounds && !p->status; r++) {
+    ruccl_comm_t *comm = *commp;
+    if (r > 0) {
+      ruccl_config_t cfg = p->cfg;
+      char name[32];
+      snprintf(name, sizeof name, "race%u", r);
+      ruccl_config_set_group_name(&cfg, name);
+      ruccl_result_t rc = ruccl_register(p->id, (ruccl_device_t){RUCCL_DEVICE_CPU, 0}, &cfg, &comm);
+      CHECK(p, rc == RUCCL_OK, "round %u: register: %s", r, ruccl_error_string(rc));
+      if (rc != RUCCL_OK) break;
+      *commp = comm;
+    }
+    pthread_t t;
+    abort_later_t a = {comm, (r * 7919u) % 4000u};
+    if (p->id == 1) pthread_create(&t, NULL, abort_after, &a);
+    ruccl_result_t first = ruccl_all_reduce(comm, &ti, &to, RUCCL_SUM);
+    ruccl_result_t then = first == RUCCL_OK ? ruccl_barrier(comm) : first;
+    while (then == RUCCL_OK) then = ruccl_barrier(comm); /* the abort comes: every call ends with it */
+    if (p->id == 1) pthread_join(t, NULL);
+    CHECK(p, first == RUCCL_OK || first == RUCCL_ERR_ABORTED, "round %u: all_reduce: %s (%s)", r,
+          ruccl_error_string(first), ruccl_last_error());
+    CHECK(p, then == RUCCL_ERR_ABORTED, "round %u: after the abort: %s (%s)", r, ruccl_error_string(then),
+          ruccl_last_error());
+    if (first == RUCCL_ERR_ABORTED) mid++;
+    ruccl_finish(comm);
+    *commp = NULL;
+  }
+  fprintf(stderr, "peer %u: %u rounds, %u aborted inside the all-reduce\n", p->id, rounds, mid);
+  free(in), free(out);
+}
+
 /* A pseudo-random value in [-1, 1) with a full mantissa, from (peer, case, index). */
 static double rnd(uint32_t id, unsigned c, size_t i) {
   uint64_t x = ((uint64_t)id + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)c + 1) * 0xC2B2AE3D27D4EB4Full ^
@@ -517,13 +576,14 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "p2pbig")) scenario_p2pbig(p, comm);
   else if (!strcmp(p->scenario, "reset")) scenario_reset(p, comm);
+  else if (!strcmp(p->scenario, "abortrace")) scenario_abortrace(p, &comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);
   else if (!strcmp(p->scenario, "lagfinish")) scenario_lagfinish(p, comm, 1000);
   else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);
   else if (!strcmp(p->scenario, "staged")) scenario_staged(p, comm);
   else if (!strcmp(p->scenario, "lagfinish-big")) scenario_lagfinish(p, comm, 4u << 20);
   else p->status = 2;
-  ruccl_finish(comm);
+  if (comm) ruccl_finish(comm);
   return NULL;
 }
 

@@ -477,10 +477,12 @@ TEST(Abort, FromAnotherThreadStopsEveryBlockedCall) {
   std::atomic<ruccl_comm_t *> victim{nullptr};
   std::atomic<int64_t> aborted_at{0};
   std::atomic<int> bystanders{0};
+  std::atomic<bool> abort_returned{false};
   std::thread aborter([&] {
     WaitFor([&] { return bystanders.load() == 2 && victim.load() != nullptr && ruccl_testing_blocked() >= 2; });
     aborted_at = NowMs();
     EXPECT_EQ(RUCCL_OK, ruccl_comm_abort(victim.load()));
+    abort_returned = true;
   });
   std::string bystander;
   std::thread others([&] {
@@ -503,6 +505,7 @@ TEST(Abort, FromAnotherThreadStopsEveryBlockedCall) {
     }
     returned_ms[i] = NowMs();
     later[i] = ruccl_barrier(comm);
+    if (i == 0) WaitFor([&] { return abort_returned.load(); }); /* the handle outlives the abort call */
   });
   aborter.join();
   others.join();

@@ -18,7 +18,7 @@
 #define SINK_BYTES (64 * 1024)
 #define HELLO_BYTES (RUCCL_MAX_GROUP_NAME + 4)
 
-enum { FRAME_MESSAGE = 1, FRAME_END = 2 };
+enum { FRAME_MESSAGE = 1, FRAME_END = 2, FRAME_ABORT = 3 };
 
 typedef struct {
   pthread_mutex_t mu; /* one sender at a time; held for a whole message */
@@ -142,6 +142,12 @@ static ruccl_result_t header_in(ruccl_p2p_net_t *p, unsigned k, in_conn_t *in, c
   in->hdr_done = 0;
   if (kind == FRAME_END && !in->ended) {
     in->ended = 1;
+    return RUCCL_OK;
+  }
+  if (kind == FRAME_ABORT && len == 0) {
+    uint32_t code = (uint32_t)tag;
+    if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PEER_LOST;
+    if (p->routes.stopped) p->routes.stopped(p->routes.ctx, k, (ruccl_result_t)code);
     return RUCCL_OK;
   }
   const ruccl_p2p_routes_t *r = &p->routes;
@@ -357,6 +363,50 @@ ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src,
   }
   pthread_mutex_unlock(&o->mu);
   return rc;
+}
+
+/* ---- control -------------------------------------------------------------------- */
+
+void ruccl_p2p_net_notify(ruccl_net_t *net, unsigned node, ruccl_result_t code, int64_t deadline_ns) {
+  ruccl_p2p_net_t *p = net->p2p;
+  if (!p || node >= p->num_nodes || node == p->me) return;
+  out_conn_t *o = &p->out[node];
+  /* A sender holds the lock for a whole message (which the other side drains as it
+     comes): wait for the boundary, within the budget. */
+  while (pthread_mutex_trylock(&o->mu) != 0) {
+    if (ruccl_now_ns() >= deadline_ns) {
+      ruccl_log(1, "node %u: could not tell node %u why the session stops", p->me, node);
+      return;
+    }
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
+  ruccl_result_t rc = o->failed;
+  if (rc == RUCCL_OK && o->fd < 0) rc = open_out(net, node, deadline_ns);
+  if (rc == RUCCL_OK) {
+    unsigned char f[RUCCL_P2P_FRAME_BYTES];
+    encode_frame(f, FRAME_ABORT, 0, 0, (int32_t)code, 0);
+    rc = write_out(net, node, o->fd, f, sizeof f, deadline_ns);
+  }
+  pthread_mutex_unlock(&o->mu);
+  if (rc != RUCCL_OK) ruccl_log(1, "node %u: could not tell node %u why the session stops: %s", p->me, node,
+                                ruccl_last_error());
+}
+
+void ruccl_p2p_net_await_notice(const ruccl_net_t *net, unsigned node, int ms) {
+  ruccl_p2p_net_t *p = net->p2p;
+  if (!p || node >= p->num_nodes) return;
+  int seen = 0; /* a stream from the node, which its end then settles */
+  for (int i = 0; i < ms; i++) {
+    if (ruccl_net_session_state(net) != RUCCL_OK) return;
+    pthread_mutex_lock(&p->in_mu);
+    int streaming = p->in[node].fd >= 0;
+    pthread_mutex_unlock(&p->in_mu);
+    if (seen && !streaming) return; /* the reader took all the stream held */
+    seen |= streaming;
+    struct timespec pause = {0, 1000000};
+    nanosleep(&pause, NULL);
+  }
 }
 
 /* ---- the end -------------------------------------------------------------------- */

@@ -8,9 +8,14 @@
  * under the connection's lock) and one reader (this node's receiving thread), and
  * nodes that never exchange point-to-point never connect for it.
  *
+ * The same connections carry control: a node that stops the session while one of
+ * its data sockets has a message half sent says why here (an abort never lands in
+ * the middle of a message).
+ *
  * Frame (little-endian, 24 bytes, then the payload): u32 kind (1 message, 2 end:
- * the sending node finished), u32 source global index, u32 destination global
- * index, i32 tag, u64 payload bytes.  The receiving thread streams each message
+ * the sending node finished, 3 abort: the sending node stopped the session, the
+ * code in the tag field), u32 source global index, u32 destination global index,
+ * i32 tag, u64 payload bytes (0 but for a message).  The receiving thread streams each message
  * into its mailbox (p2p_match.h) as it arrives. */
 #ifndef RUCCL_P2P_NET_H
 #define RUCCL_P2P_NET_H
@@ -34,6 +39,8 @@ typedef struct {
   void *ctx;
   unsigned n_total;
   const unsigned *node_of; /* by global index */
+  /* Node `node` stopped the session with code (its notice on the control connection). */
+  void (*stopped)(void *ctx, unsigned node, ruccl_result_t code);
 } ruccl_p2p_routes_t;
 
 /* After ruccl_net_connect_all: keeps every node's data address for later
@@ -50,6 +57,14 @@ ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src,
    bytes) was RUCCL_FRAME_P2P.  Takes fd (returns 1: a stream from a node of this
    session, acknowledged) or leaves it to the caller to close (0). */
 int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len, int64_t deadline_ns);
+
+/* Tells node `node` on the control connection (opened if need be) that this node
+   stops the session with code.
+   Gives up at the deadline, or when a point-to-point message is half sent there. */
+void ruccl_p2p_net_notify(ruccl_net_t *net, unsigned node, ruccl_result_t code, int64_t deadline_ns);
+/* A connection to node `node` broke: waits up to ms for a notice of why (the
+   session's state changes) or for the node's control stream to end. */
+void ruccl_p2p_net_await_notice(const ruccl_net_t *net, unsigned node, int ms);
 
 /* The end: with finished, every opened connection gets an end frame and is kept
    until the other node has taken all of it (bounded by the session's timeout);

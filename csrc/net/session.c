@@ -80,6 +80,12 @@ static ruccl_mailbox_t *mailbox_of(void *ctx, uint32_t global_index) {
   return &g->mail[g->local_of[global_index]];
 }
 
+/* Another node stopped the session and said why on its control connection. */
+static void node_stopped(void *ctx, unsigned node, ruccl_result_t code) {
+  ruccl_fail(code, "node %u stopped the session (%s)", node, ruccl_error_string(code));
+  ruccl_group_break(ctx, code);
+}
+
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   const ruccl_config_t *cfg = &g->config;
   const ruccl_bootstrap_t *bootstrap =
@@ -121,7 +127,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     rc = number_peers(g, &table, my_node);
   }
   if (rc == RUCCL_OK) {
-    ruccl_p2p_routes_t routes = {.mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of};
+    ruccl_p2p_routes_t routes = {
+        .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped};
     net->me = my_node;
     rc = ruccl_p2p_net_init(net, &table, &routes);
   }

@@ -36,6 +36,11 @@
 #define RUCCL_FRAME_SHM_ACK 22 /* higher -> lower: opened it, or not */
 
 enum { MSG_DATA = 1, MSG_ABORT = 2, MSG_P2P = 3 }; /* MSG_P2P: a point-to-point message's data */
+/* A data socket's writer, so that an ABORT never lands inside a message: the leader
+   takes a socket from IDLE to MESSAGE for each message and back once the kernel has
+   all of it; ruccl_net_abort takes it from IDLE to CLOSED and writes its notice in
+   band, or, finding a message half sent, sends it on the control connection. */
+enum { TX_IDLE = 0, TX_MESSAGE = 1, TX_CLOSED = 2 };
 
 typedef struct {
   uint32_t kind, code;
@@ -108,6 +113,7 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
   net->orchestrator_fd = -1;
   net->wake[0] = net->wake[1] = -1;
   atomic_init(&net->aborted, 0);
+  atomic_init(&net->abort_code, RUCCL_OK);
   return ruccl_tcp_listen(host, (int)port, &net->listen_fd, &net->data_port);
 }
 
@@ -180,7 +186,9 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
   net->fds = malloc(sizeof(int) * net->num_nodes);
   net->shm = calloc(net->num_nodes, sizeof *net->shm);
   net->bounce = malloc(BOUNCE_BYTES);
-  if (!net->fds || !net->shm || !net->bounce) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
+  net->tx = calloc(net->num_nodes, sizeof *net->tx);
+  if (!net->fds || !net->shm || !net->bounce || !net->tx) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
+  for (unsigned i = 0; i < net->num_nodes; i++) atomic_init(&net->tx[i], TX_IDLE);
   for (unsigned i = 0; i < net->num_nodes; i++) net->fds[i] = -1;
   for (unsigned j = 0; j < me; j++) {
     const ruccl_join_t *n = &table->nodes[j];
@@ -221,18 +229,30 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
   return RUCCL_OK;
 }
 
-static void send_header_best_effort(int fd, uint32_t kind, uint32_t code) {
+/* Whether the whole header went (else the socket had no room for all of it). */
+static int send_header_now(int fd, uint32_t kind, uint32_t code) {
   msg_header_t h = {htonl(kind), htonl(code), 0, 0};
-  send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof h;
 }
 
 void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
-  if (!net->fds || atomic_exchange(&net->aborted, 1)) return;
+  if (!net->fds) return;
+  int none = RUCCL_OK;
+  atomic_compare_exchange_strong(&net->abort_code, &none, (int)code);
+  if (atomic_exchange(&net->aborted, 1)) return;
+  int64_t deadline = ruccl_now_ns() + 1000000000LL; /* the notices' whole budget */
   for (unsigned i = 0; i < net->num_nodes; i++) {
     if (net->fds[i] < 0) continue;
-    send_header_best_effort(net->fds[i], MSG_ABORT, (uint32_t)code);
-    shutdown(net->fds[i], SHUT_RDWR);
+    /* In band where no message is half sent (a receiver that reads on gets it), and
+       on the control connection always: a receiver that was sending when the
+       socket shut may never read that far. */
+    int idle = TX_IDLE;
+    if (atomic_compare_exchange_strong(&net->tx[i], &idle, TX_CLOSED))
+      send_header_now(net->fds[i], MSG_ABORT, (uint32_t)code);
+    ruccl_p2p_net_notify(net, i, code, deadline);
   }
+  for (unsigned i = 0; i < net->num_nodes; i++)
+    if (net->fds[i] >= 0) shutdown(net->fds[i], SHUT_RDWR);
 }
 
 /* Whether the other end has closed or reset the connection; what it sent is
@@ -328,6 +348,8 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
   if (net->wake[1] >= 0) close(net->wake[1]);
   free(net->fds);
   free(net->bounce);
+  free(net->tx);
+  net->tx = NULL;
   net->fds = NULL;
   net->bounce = NULL;
   net->listen_fd = -1;
@@ -367,6 +389,12 @@ static ruccl_result_t lost(const ruccl_net_t *net, int fd, int node, const char 
   /* This node's own reset or failure shut the sockets: that is the cause, not the
      connection. */
   ruccl_result_t mine = ruccl_net_session_state(net);
+  /* The node may have said why on its control connection: its reader thread is a
+     moment away from telling us. */
+  if (mine == RUCCL_OK) {
+    ruccl_p2p_net_await_notice(net, (unsigned)node, 200);
+    mine = ruccl_net_session_state(net);
+  }
   if (mine != RUCCL_OK) return mine;
   msg_header_t h;
   if (recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT) {
@@ -501,6 +529,9 @@ ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net) {
   if (net->reset && atomic_load(net->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
   if (net->broken && atomic_load(net->broken))
     return ruccl_fail((ruccl_result_t)atomic_load(net->broken), "the session failed on this node");
+  int code = atomic_load(&net->abort_code); /* this node is stopping the session (the flag above follows) */
+  if (code != RUCCL_OK && atomic_load(&net->aborted))
+    return ruccl_fail((ruccl_result_t)code, "this node stopped the session (%s)", ruccl_error_string((ruccl_result_t)code));
   return RUCCL_OK;
 }
 
@@ -560,12 +591,28 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     in.len = x->recv_bytes;
     in.x = x;
   }
-  if (atomic_load(&net->aborted)) return ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
+  if (atomic_load(&net->aborted)) {
+    ruccl_result_t rc = ruccl_net_session_state(net);
+    return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
+  }
+  atomic_int *tx = o.fd >= 0 && !o.shm ? &net->tx[o.node] : NULL; /* held while the message is partly sent */
+  if (tx) {
+    int idle = TX_IDLE;
+    if (!atomic_compare_exchange_strong(tx, &idle, TX_MESSAGE)) {
+      ruccl_result_t rc = ruccl_net_session_state(net);
+      return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
+    }
+  }
   int64_t idle_since = 0;
   for (unsigned spins = 0;; spins++) {
     size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
     ruccl_result_t rc = RUCCL_OK;
     if (out_pending(&o)) rc = pump_out(net, &o);
+    if (tx && rc == RUCCL_OK && !out_pending(&o)) { /* all of it is the kernel's: a boundary again */
+      int mid = TX_MESSAGE;
+      atomic_compare_exchange_strong(tx, &mid, TX_IDLE);
+      tx = NULL;
+    }
     if (spins == 0 && in.fd >= 0 && ruccl_testing_pause() && rc == RUCCL_OK) {
       /* a test lags here, then looks at its peers before at what arrived */
       rc = ruccl_net_session_state(net);

@@ -23,6 +23,8 @@ typedef struct ruccl_net {
   int guard_running;
   int wake[2];
   atomic_int aborted; /* the sockets were shut down */
+  atomic_int abort_code; /* why this node shut them (set before aborted) */
+  atomic_int *tx;     /* by node, a TCP data socket's writer: TX_IDLE, TX_MESSAGE (part of one sent), TX_CLOSED */
   const atomic_int *reset, *broken; /* the group's state, checked while waiting */
   char group[RUCCL_MAX_GROUP_NAME];
   unsigned char secret[RUCCL_MAX_SECRET];
