@@ -480,19 +480,42 @@ int main(int argc, char **argv) {
 #endif
   }
   if (o.nodes == 1) return run_node(&o, NULL);
-  ruccl_orchestrator_t *orch;
-  if (ruccl_orchestrator_start("127.0.0.1:0", "", 0, &orch) != RUCCL_OK) {
-    fprintf(stderr, "orchestrator: %s\n", ruccl_last_error());
-    return 1;
+  /* The orchestrator runs in a child of its own: its threads (and the locks they
+     hold, OpenSSL's among them) must not be copied into the nodes forked below. */
+  int port_pipe[2], stop_pipe[2];
+  if (pipe(port_pipe) || pipe(stop_pipe)) return 1;
+  fflush(stdout);
+  pid_t orch_pid = fork();
+  if (orch_pid == 0) {
+    close(port_pipe[0]);
+    close(stop_pipe[1]);
+    ruccl_orchestrator_t *orch;
+    int port = -1;
+    if (ruccl_orchestrator_start("127.0.0.1:0", "", 0, &orch) != RUCCL_OK)
+      fprintf(stderr, "orchestrator: %s\n", ruccl_last_error());
+    else
+      port = ruccl_orchestrator_port(orch);
+    if (write(port_pipe[1], &port, sizeof port) != sizeof port || port < 0) _exit(1);
+    char c;
+    while (read(stop_pipe[0], &c, 1) > 0) {
+    } /* until the parent closes it */
+    ruccl_orchestrator_stop(orch);
+    _exit(0);
   }
+  close(port_pipe[1]);
+  close(stop_pipe[0]);
+  int port = -1;
+  if (read(port_pipe[0], &port, sizeof port) != sizeof port || port < 0) return 1;
+  close(port_pipe[0]);
   char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", ruccl_orchestrator_port(orch));
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   fflush(stdout);
   pid_t *kids = calloc(o.nodes, sizeof *kids);
   for (unsigned k = 0; k < o.nodes; k++) {
     kids[k] = fork();
     if (kids[k] == 0) {
       o.node = k;
+      close(stop_pipe[1]);
       int rc = run_node(&o, addr);
       fflush(stdout);
       _exit(rc);
@@ -504,7 +527,8 @@ int main(int argc, char **argv) {
     waitpid(kids[k], &st, 0);
     failed |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
   }
-  ruccl_orchestrator_stop(orch);
+  close(stop_pipe[1]);
+  waitpid(orch_pid, NULL, 0);
   printf("# raw loopback TCP, one stream (%zu B writes): %.2f GB/s\n", o.max_bytes, socket_throughput(o.max_bytes));
   free(kids);
   return failed;

@@ -4,7 +4,20 @@
  * a producer counter and a consumer counter on their own cache lines; the producer
  * publishes bytes with a release store of its counter, the consumer frees space
  * with a release store of its own.  The stream carries the same framed messages as
- * a TCP socket, so the transport above treats both alike. */
+ * a TCP socket, so the transport above treats both alike.
+ *
+ * A side with nothing to do sleeps on its doorbell, a futex word in the segment.
+ * It declares itself sleepy first (an atomic increment, visible at once) and goes
+ * on yielding for a while; only then does it read the bell, look at the rings once
+ * more and wait while the bell keeps its value.  The other side, after moving a
+ * counter, rings the bell (bumps it and wakes) when it sees a sleepy peer, with a
+ * plain load: no fence on the busy path.  A counter store that this load raced
+ * with reached the sleeper's second look long before (the yielding lies between),
+ * and every sleep is bounded besides (the caller's slice), so no wake-up is lost
+ * for longer than that.  A side that sleeps at once instead (an eager one: on a
+ * host with more processes than cores, where yielding wastes the core another
+ * needs) says so in its doorbell, and its peer then fences between its counter
+ * store and that load (Dekker's handshake with the sleeper's increment). */
 #include "shm_link.h"
 
 #include <fcntl.h>
@@ -14,10 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../error.h"
+#include "../transport.h"
 
 #define RING_BYTES (4u << 20)
 
@@ -28,8 +45,15 @@ struct ruccl_shm_ring {
 };
 
 typedef struct {
+  _Alignas(64) atomic_uint bell;     /* bumped when the other side moved a counter */
+  _Alignas(64) atomic_uint sleepers; /* this side's threads asleep on bell */
+  atomic_uint eager;                  /* this side sleeps without a sleepy while: fence before reading sleepers */
+} doorbell_t;
+
+typedef struct {
   unsigned char token[RUCCL_SHM_TOKEN_BYTES];
   _Alignas(64) ruccl_shm_ring_t ring[2]; /* [0]: creator -> opener, [1]: opener -> creator */
+  doorbell_t door[2];                    /* [0]: the creator's, [1]: the opener's */
 } segment_t;
 
 int ruccl_shm_allowed(void) {
@@ -54,6 +78,7 @@ static ruccl_result_t map_segment(int fd, ruccl_shm_link_t *l, int creator) {
   l->map_len = sizeof(segment_t);
   l->tx = &s->ring[creator ? 0 : 1];
   l->rx = &s->ring[creator ? 1 : 0];
+  l->side = creator ? 0 : 1;
   return RUCCL_OK;
 }
 
@@ -81,6 +106,9 @@ ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MA
   for (int i = 0; i < 2; i++) {
     atomic_init(&s->ring[i].head, 0);
     atomic_init(&s->ring[i].tail, 0);
+    atomic_init(&s->door[i].bell, 0);
+    atomic_init(&s->door[i].sleepers, 0);
+    atomic_init(&s->door[i].eager, 0);
   }
   return RUCCL_OK;
 }
@@ -105,6 +133,33 @@ void ruccl_shm_close(ruccl_shm_link_t *l) {
   memset(l, 0, sizeof *l);
 }
 
+static doorbell_t *door(const ruccl_shm_link_t *l, int side) { return &((segment_t *)l->map)->door[side]; }
+
+/* After a counter store: wakes the other side if it is sleepy. */
+static void ring_peer(ruccl_shm_link_t *l) {
+  doorbell_t *d = door(l, 1 - l->side);
+  if (atomic_load_explicit(&d->eager, memory_order_relaxed)) atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&d->sleepers, memory_order_relaxed) == 0) return;
+  atomic_fetch_add_explicit(&d->bell, 1, memory_order_release);
+  syscall(SYS_futex, &d->bell, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+void ruccl_shm_set_eager(ruccl_shm_link_t *l) { atomic_store(&door(l, l->side)->eager, 1); }
+
+void ruccl_shm_sleepy(ruccl_shm_link_t *l, int delta) { atomic_fetch_add(&door(l, l->side)->sleepers, delta); }
+
+void ruccl_shm_wait(ruccl_shm_link_t *l, int want_read, int want_write, int64_t until_ns) {
+  doorbell_t *d = door(l, l->side);
+  unsigned seen = atomic_load_explicit(&d->bell, memory_order_acquire);
+  int ready = 0;
+  if (want_read) ready |= atomic_load(&l->rx->head) != atomic_load(&l->rx->tail);
+  if (want_write) ready |= atomic_load(&l->tx->head) - atomic_load(&l->tx->tail) < RING_BYTES;
+  int64_t left = until_ns - ruccl_now_ns();
+  if (ready || left <= 0) return;
+  struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+  syscall(SYS_futex, &d->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
 size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
   ruccl_shm_ring_t *r = l->tx;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -116,6 +171,7 @@ size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
   memcpy(r->data + at, buf, first);
   memcpy(r->data, (const char *)buf + first, len - first);
   atomic_store_explicit(&r->head, head + len, memory_order_release);
+  ring_peer(l);
   return len;
 }
 
@@ -132,6 +188,7 @@ void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len) {
   ruccl_shm_ring_t *r = l->rx;
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
   atomic_store_explicit(&r->tail, tail + len, memory_order_release);
+  ring_peer(l);
 }
 
 size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {

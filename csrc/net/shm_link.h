@@ -16,6 +16,7 @@ typedef struct {
   ruccl_shm_ring_t *tx, *rx;
   void *map;
   size_t map_len;
+  int side; /* 0: the creator, 1: the opener (whose doorbell is which) */
 } ruccl_shm_link_t;
 
 /* The creator maps a fresh segment and writes a random token into it; the peer
@@ -33,6 +34,19 @@ size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len);
    points at them; 0 when the ring is empty), then hand back what was used. */
 size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data);
 void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len);
+
+/* Declares (+1) or withdraws (-1) that this side may sleep on the link: the peer
+   rings the doorbell on every counter it moves while it is declared.  Declare it a
+   while (RUCCL_SHM_SLEEPY_NS) before the first ruccl_shm_wait. */
+#define RUCCL_SHM_SLEEPY_NS 100000
+void ruccl_shm_sleepy(ruccl_shm_link_t *l, int delta);
+/* This side may wait at once after declaring itself sleepy (no while between):
+   its peer fences before it looks for sleepers.  Call before the first message. */
+void ruccl_shm_set_eager(ruccl_shm_link_t *l);
+/* Sleeps (futex) until the peer has written into the receiving ring (want_read) or
+   freed room in the sending ring (want_write), or until_ns (CLOCK_MONOTONIC) passes;
+   returns at once if that has happened already. */
+void ruccl_shm_wait(ruccl_shm_link_t *l, int want_read, int want_write, int64_t until_ns);
 
 /* Whether this host's processes may use shared memory (RUCCL_TRANSPORT=tcp says no). */
 int ruccl_shm_allowed(void);

@@ -30,6 +30,8 @@
 
 #define BOUNCE_BYTES (256 * 1024)
 #define POLL_SLICE_MS 50
+#define CROWDED_SPIN_NS 3000 /* on a host with more processes than cores */
+#define SHM_SLEEP_NS 20000000   /* a sleep on a doorbell looks at the session at least this often */
 #define STRANGER_TIMEOUT_NS (2LL * 1000000000)
 #define RUCCL_FRAME_NODE 20
 #define RUCCL_FRAME_SHM 21     /* lower node -> higher: a segment to use, or none */
@@ -179,6 +181,24 @@ static void *guard_main(void *arg) {
   }
 }
 
+/* How this node waits on shared memory.  A host with no more of the session's
+   processes than this process may run on: spin, yield a while, then sleep, as the
+   peer is most likely running.  One with more: barely spin and sleep at once, since
+   spinning or yielding keeps the core from the very process that is to answer. */
+static void plan_waits(ruccl_net_t *net) {
+  unsigned on_host = 1;
+  for (unsigned i = 0; i < net->num_nodes; i++) on_host += net->shm[i].map != NULL;
+  cpu_set_t set;
+  unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 1;
+  int crowded = on_host > cores;
+  net->spin_ns = crowded ? CROWDED_SPIN_NS : RUCCL_SPIN_NS;
+  net->sleepy_ns = crowded ? 0 : RUCCL_SHM_SLEEPY_NS;
+  for (unsigned i = 0; crowded && i < net->num_nodes; i++)
+    if (net->shm[i].map) ruccl_shm_set_eager(&net->shm[i]);
+  ruccl_log(2, "node %u: %u of the session's processes on this host, %u cores: %s waits", net->me, on_host, cores,
+            crowded ? "eager" : "spinning");
+}
+
 ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
                                      int64_t deadline_ns) {
   net->num_nodes = table->num_nodes;
@@ -222,6 +242,7 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
   }
   for (unsigned i = 0; i < net->num_nodes; i++)
     if (net->fds[i] >= 0) fcntl(net->fds[i], F_SETFL, fcntl(net->fds[i], F_GETFL) | O_NONBLOCK);
+  plan_waits(net);
   if (pipe2(net->wake, O_CLOEXEC) != 0) return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
   if (pthread_create(&net->guard, NULL, guard_main, net) != 0)
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "data port guard thread");
@@ -571,6 +592,9 @@ static ruccl_result_t check_shm_sockets(ruccl_net_t *net, out_state_t *o, int ou
   return RUCCL_OK;
 }
 
+static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *inp, atomic_int *tx, int64_t deadline_ns,
+                                ruccl_shm_link_t **sleepy);
+
 static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
   ruccl_net_t *net = endpoint;
   out_state_t o = {.fd = -1};
@@ -603,7 +627,20 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
       return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
     }
   }
+  ruccl_shm_link_t *sleepy = NULL; /* the link this thread declared it may sleep on */
+  ruccl_result_t rc = xfer_loop(net, &o, &in, tx, deadline_ns, &sleepy);
+  if (sleepy) ruccl_shm_sleepy(sleepy, -1);
+  return rc;
+}
+
+/* Moves the message(s) of net_xfer until done, failed or past the deadline. */
+static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *inp, atomic_int *tx, int64_t deadline_ns,
+                                ruccl_shm_link_t **sleepy) {
+  out_state_t o = *op;
+  in_state_t in = *inp;
+  int64_t sleepy_since = 0;
   int64_t idle_since = 0;
+  int slept = 0;
   for (unsigned spins = 0;; spins++) {
     size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
     ruccl_result_t rc = RUCCL_OK;
@@ -631,20 +668,42 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
         return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d: no answer within the timeout of %lld ms",
                           net->me, in_busy ? in.node : o.node, (long long)net->timeout_ms);
       rc = ruccl_net_session_state(net);
-      if (rc == RUCCL_OK && (spins & 255) == 0) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
+      if (rc == RUCCL_OK && ((spins & 255) == 0 || slept)) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
+      slept = 0;
       if (rc != RUCCL_OK) return rc;
     }
     if (progress) {
       idle_since = 0;
+      if (*sleepy) ruccl_shm_sleepy(*sleepy, -1), *sleepy = NULL;
       continue;
     }
     /* Spin briefly before sleeping: waking a sleeping process costs tens of
        microseconds here.  Shared memory then yields the core; sockets poll. */
     if (!idle_since) idle_since = now;
-    int spinning = now - idle_since < RUCCL_SPIN_NS;
+    int spinning = now - idle_since < net->spin_ns;
     if ((out_busy && o.shm) || (in_busy && in.shm)) {
-      if (spinning) ruccl_cpu_relax();
-      else sched_yield();
+      if (spinning) {
+        ruccl_cpu_relax();
+        continue;
+      }
+      /* Then yield, declared sleepy on the link's doorbell (the one received from,
+         else sent to), and after a while sleep on it; with another link or a
+         socket busy too, woken every millisecond to look at that.  The control
+         sockets are looked at after every sleep. */
+      if (!*sleepy) {
+        *sleepy = in_busy && in.shm ? in.shm : o.shm;
+        ruccl_shm_sleepy(*sleepy, 1);
+        sleepy_since = now;
+      }
+      if (now - sleepy_since < net->sleepy_ns) {
+        sched_yield();
+        continue;
+      }
+      int want_read = in_busy && in.shm == *sleepy, want_write = out_busy && o.shm == *sleepy;
+      int other = (out_busy && o.shm != *sleepy) || (in_busy && in.shm != *sleepy);
+      int64_t until = now + (other ? 1000000 : SHM_SLEEP_NS);
+      ruccl_shm_wait(*sleepy, want_read, want_write, until < deadline_ns ? until : deadline_ns);
+      slept = 1;
       continue;
     }
     if (spinning) continue;

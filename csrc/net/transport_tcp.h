@@ -31,6 +31,7 @@ typedef struct ruccl_net {
   size_t secret_len;
   int64_t timeout_ms; /* the session's: how long a finishing node waits for its peers to take what it sent */
   unsigned char *bounce; /* reduce-on-receive staging */
+  int64_t spin_ns, sleepy_ns; /* an idle wait on shared memory spins, then yields declared sleepy, then sleeps */
   struct ruccl_p2p_net *p2p; /* point-to-point streams (p2p_net.h) */
 } ruccl_net_t;
 typedef struct ruccl_p2p_net ruccl_p2p_net_t;
