@@ -41,6 +41,7 @@ struct ruccl_group {
   atomic_int reset;  /* ruccl_reset() was called: old handles are stale */
   atomic_int broken; /* a failure in the middle of a collective: the session is unusable */
   char broken_why[256]; /* written once (under inproc.mu) before broken is set; or why registration failed */
+  int break_code;       /* the first break's code, claimed with broken_why (under inproc.mu; 0: none yet) */
   atomic_int *finished; /* by peer index */
   uint32_t *peer_ids_store; /* by peer index, filled when complete */
 

@@ -113,12 +113,18 @@ void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
     for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
     return;
   }
+  /* The first break names the cause and the code (telling the other nodes takes up
+     to a second, during which their own notices may come back here). */
+  pthread_mutex_lock(&g->inproc.mu);
+  if (!g->break_code) {
+    g->break_code = (int)code;
+    snprintf(g->broken_why, sizeof g->broken_why, "%s", ruccl_last_error());
+  }
+  code = (ruccl_result_t)g->break_code;
+  pthread_mutex_unlock(&g->inproc.mu);
   if (g->net) ruccl_net_abort(g->net, code); /* the other nodes stop with the same code */
   pthread_mutex_lock(&g->inproc.mu);
-  if (atomic_load(&g->broken) == 0) {
-    snprintf(g->broken_why, sizeof g->broken_why, "%s", ruccl_last_error());
-    atomic_store(&g->broken, (int)code);
-  }
+  if (atomic_load(&g->broken) == 0) atomic_store(&g->broken, (int)code);
   pthread_cond_broadcast(&g->inproc.cv);
   pthread_mutex_unlock(&g->inproc.mu);
   for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);

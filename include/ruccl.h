@@ -142,6 +142,11 @@ typedef struct ruccl_config {
 typedef struct ruccl_comm ruccl_comm_t; /* opaque: the explicitly owned rank communicator */
 
 #define RUCCL_DEFAULT_TIMEOUT_MS 300000
+/* A node of a multi-node session that sends nothing for this long (not even the
+   heartbeats its own thread sends every quarter of it) is lost: every survivor's
+   calls fail with RUCCL_ERR_PEER_LOST.  RUCCL_LIVENESS_TIMEOUT_MS overrides it; 0
+   turns the watch off. */
+#define RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS 30000
 #define RUCCL_DEFAULT_GROUP_NAME "default"
 
 ruccl_config_t ruccl_config_default(void);

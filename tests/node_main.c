@@ -38,6 +38,9 @@
  *             varying delay: every peer must end each round with ABORTED
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
+ *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
+ *             long compute phase), then another all-reduce and a barrier: all must
+ *             work (no liveness false alarm)
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
  * seam the PyTorch backend uses with torch's store) instead of an orchestrator.
  * The secret comes from RUCCL_SECRET. */
@@ -230,6 +233,26 @@ static void scenario_big(peer_t *p, ruccl_comm_t *comm) {
   free(b);
   fprintf(stderr, "peer %u: big ended with %s: %s\n", p->id, ruccl_error_string(rc), ruccl_last_error());
   p->status = rc == RUCCL_ERR_PEER_LOST ? 3 : 1;
+}
+
+static void scenario_idle(peer_t *p, ruccl_comm_t *comm) {
+  const char *env = getenv("RUCCL_TEST_IDLE_MS");
+  long ms = env ? atol(env) : 4000;
+  float a[4] = {1, 2, 3, 4}, b[4];
+  ruccl_tensor_t ta = vec(a, 4), tb = vec(b, 4);
+  for (int round = 0; round < 2 && !p->status; round++) {
+    if (round) {
+      struct timespec pause = {ms / 1000, (ms % 1000) * 1000000};
+      nanosleep(&pause, NULL);
+    }
+    ruccl_result_t rc = ruccl_all_reduce(comm, &ta, &tb, RUCCL_SUM);
+    CHECK(p, rc == RUCCL_OK, "all_reduce %d: %s (%s)", round, ruccl_error_string(rc), ruccl_last_error());
+    CHECK(p, rc != RUCCL_OK || b[3] == 4.0f * (float)p->total, "all_reduce %d: %g", round, b[3]);
+  }
+  if (!p->status) {
+    ruccl_result_t rc = ruccl_barrier(comm);
+    CHECK(p, rc == RUCCL_OK, "barrier: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
+  }
 }
 
 static void scenario_finish(peer_t *p, ruccl_comm_t **comm) {
@@ -573,6 +596,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "many")) scenario_many(p, comm);
   else if (!strcmp(p->scenario, "mismatch")) scenario_mismatch(p, comm);
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);
+  else if (!strcmp(p->scenario, "idle")) scenario_idle(p, comm);
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "p2pbig")) scenario_p2pbig(p, comm);
   else if (!strcmp(p->scenario, "reset")) scenario_reset(p, comm);

@@ -167,7 +167,7 @@ struct LoggedNodes {
     }
   }
   ~LoggedNodes() {
-    for (const auto &l : logs) unlink(l.c_str());
+    if (!getenv("KEEP_LOGS")) for (const auto &l : logs) unlink(l.c_str());
   }
   std::string log(size_t k) const { return read_file(logs[k]); }
 };
@@ -266,6 +266,61 @@ TEST_P(Transports, ResetInAMultiNodeSessionIsResetForEveryLocalPeer) {
   for (const std::string ids : {"0,1", "2,3"})
     pids.push_back(spawn_node({orch.address(), "2", "reset", ids, "reset"}, kSecret, GetParam()));
   EXPECT_EQ(std::vector<int>(2, 0), wait_all(pids));
+}
+
+// Sets an environment variable for the nodes spawned in its scope.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const std::string &n, const std::string &value) : name(n) { setenv(n.c_str(), value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+// Liveness: a node frozen (SIGSTOP) in the middle of all-reduces is PEER_LOST for
+// every survivor after the liveness timeout (1.5 s here), not TIMEOUT after the
+// collectives' own 20 s: its successor notices the silence, and the abort notices
+// carry the code to the node that does not watch it.
+TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
+  Orchestrator orch;
+  const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
+  LoggedNodes nodes(orch, "freeze", ids, "big", "ring", GetParam());
+  const std::vector<pid_t> &pids = nodes.pids;
+  auto running = [&] {
+    std::string all;
+    for (size_t k = 0; k < ids.size(); k++) all += nodes.log(k);
+    for (int id = 0; id < 6; id++)
+      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
+    return true;
+  };
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  bool under_way = running();
+  kill(pids[1], SIGSTOP);
+  auto codes = wait_all({pids[0], pids[2]}, 60);
+  kill(pids[1], SIGKILL);
+  waitpid(pids[1], nullptr, 0);
+  ASSERT_TRUE(under_way) << "the peers never reported their all-reduces under way";
+  std::string text = nodes.log(0) + nodes.log(2);
+  EXPECT_EQ(std::vector<int>({3, 3}), codes)
+      << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
+      << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+  for (int id : {0, 1, 4, 5})
+    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
+        << "peer " << id;
+  EXPECT_NE(std::string::npos, text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+}
+
+// No false alarm: nodes that make no call for 4 s (a compute phase), 8 liveness
+// timeouts of 500 ms, go on as before; their own threads kept beating.
+TEST_P(Transports, NodesQuietForManyLivenessTimeoutsGoOn) {
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "500");
+  ScopedEnv idle("RUCCL_TEST_IDLE_MS", "4000");
+  Orchestrator orch;
+  std::vector<pid_t> pids;
+  for (const std::string ids : {"0,1", "2,3", "4,5"})
+    pids.push_back(spawn_node({orch.address(), "3", "quiet", ids, "idle"}, kSecret, GetParam()));
+  EXPECT_EQ(std::vector<int>(3, 0), wait_all(pids));
 }
 
 // An ABORT racing a payload: 200 rounds (RUCCL_RACE_ROUNDS) of a 4 MB all-reduce on
@@ -564,7 +619,7 @@ TEST(MultiNode, NodesInSeparateNetworkNamespaces) {
         << "transport '" << transport << "': " << text.substr(0, 2000);
     EXPECT_NE(std::string::npos, text.find("node 1: connected to node 0 at " + hosts.address(0) + ":"))
         << "node 1 must reach node 0 at its own namespace's address: " << text.substr(0, 2000);
-    for (const auto &l : logs) unlink(l.c_str());
+    if (!getenv("KEEP_LOGS")) for (const auto &l : logs) unlink(l.c_str());
   }
 }
 

@@ -18,7 +18,7 @@
 #define SINK_BYTES (64 * 1024)
 #define HELLO_BYTES (RUCCL_MAX_GROUP_NAME + 4)
 
-enum { FRAME_MESSAGE = 1, FRAME_END = 2, FRAME_ABORT = 3 };
+enum { FRAME_MESSAGE = 1, FRAME_END = 2, FRAME_ABORT = 3, FRAME_BEAT = 4 };
 
 typedef struct {
   pthread_mutex_t mu; /* one sender at a time; held for a whole message */
@@ -50,6 +50,19 @@ struct ruccl_p2p_net {
   int wake[2];
   atomic_int stop;
   char *sink;
+  /* Liveness: this node beats to its successor in the ring of nodes and watches its
+     predecessor (heard: when a byte of its stream last came; quiet: it finished or
+     its stream ended, nothing more to watch). */
+  int64_t liveness_ns; /* 0: off */
+  unsigned succ, pred;
+  atomic_llong *heard;
+  atomic_int pred_quiet;
+  atomic_int beat_stop;
+  pthread_t beater;
+  int beater_running;
+  pthread_mutex_t beat_mu;
+  pthread_cond_t beat_cv;
+  ruccl_net_t *net;
 };
 
 /* ---- encoding ------------------------------------------------------------------- */
@@ -88,9 +101,10 @@ ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, 
   p->out = calloc(n, sizeof *p->out);
   p->in = calloc(n, sizeof *p->in);
   p->sink = malloc(SINK_BYTES);
+  p->heard = calloc(n, sizeof *p->heard);
   p->wake[0] = p->wake[1] = -1;
-  if (!p->addr || !p->port || !p->out || !p->in || !p->sink || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink);
+  if (!p->addr || !p->port || !p->out || !p->in || !p->sink || !p->heard || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink), free(p->heard);
     if (p->wake[0] >= 0) close(p->wake[0]), close(p->wake[1]);
     free(p);
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
@@ -103,7 +117,12 @@ ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, 
     p->in[k].fd = -1;
   }
   pthread_mutex_init(&p->in_mu, NULL);
+  pthread_mutex_init(&p->beat_mu, NULL);
+  pthread_cond_init(&p->beat_cv, NULL);
   atomic_init(&p->stop, 0);
+  atomic_init(&p->pred_quiet, 0);
+  atomic_init(&p->beat_stop, 0);
+  p->net = net;
   net->p2p = p;
   return RUCCL_OK;
 }
@@ -116,6 +135,7 @@ static void stream_over(ruccl_p2p_net_t *p, unsigned k, ruccl_result_t code, con
   in_conn_t *in = &p->in[k];
   if (in->in_message && !in->drop) ruccl_arrival_end(&in->arrival, code, why);
   in->in_message = 0;
+  if (k == p->pred) atomic_store(&p->pred_quiet, 1); /* its end, or a break the data sockets see too */
   pthread_mutex_lock(&p->in_mu);
   close(in->fd);
   in->fd = -1;
@@ -144,6 +164,7 @@ static ruccl_result_t header_in(ruccl_p2p_net_t *p, unsigned k, in_conn_t *in, c
     in->ended = 1;
     return RUCCL_OK;
   }
+  if (kind == FRAME_BEAT && len == 0) return RUCCL_OK; /* heard: pump stamped it */
   if (kind == FRAME_ABORT && len == 0) {
     uint32_t code = (uint32_t)tag;
     if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PEER_LOST;
@@ -203,6 +224,7 @@ static int pump(ruccl_p2p_net_t *p, unsigned k) {
       }
       return 1;
     }
+    atomic_store_explicit(&p->heard[k], ruccl_now_ns(), memory_order_relaxed);
     if (in->in_message) {
       in->done += (size_t)got;
       continue;
@@ -367,9 +389,18 @@ ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src,
 
 /* ---- control -------------------------------------------------------------------- */
 
+static void notify(ruccl_net_t *net, ruccl_p2p_net_t *p, unsigned node, ruccl_result_t code, int64_t deadline_ns);
+
 void ruccl_p2p_net_notify(ruccl_net_t *net, unsigned node, ruccl_result_t code, int64_t deadline_ns) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p || node >= p->num_nodes || node == p->me) return;
+  char cause[512]; /* this thread's error is why the session stops: a notice that fails must not replace it */
+  snprintf(cause, sizeof cause, "%s", ruccl_last_error());
+  notify(net, p, node, code, deadline_ns);
+  ruccl_set_last_error(cause);
+}
+
+static void notify(ruccl_net_t *net, ruccl_p2p_net_t *p, unsigned node, ruccl_result_t code, int64_t deadline_ns) {
   out_conn_t *o = &p->out[node];
   /* A sender holds the lock for a whole message (which the other side drains as it
      comes): wait for the boundary, within the budget. */
@@ -409,11 +440,88 @@ void ruccl_p2p_net_await_notice(const ruccl_net_t *net, unsigned node, int ms) {
   }
 }
 
+/* ---- liveness ------------------------------------------------------------------ */
+
+/* One beat to the successor, unless a message is on its way there (its bytes are
+   beats enough) or the connection failed (the data sockets report that). */
+static void beat(ruccl_p2p_net_t *p, int64_t deadline_ns) {
+  out_conn_t *o = &p->out[p->succ];
+  if (pthread_mutex_trylock(&o->mu) != 0) return;
+  ruccl_result_t rc = o->failed;
+  if (rc == RUCCL_OK && o->fd < 0) rc = open_out(p->net, p->succ, deadline_ns);
+  if (rc == RUCCL_OK) {
+    unsigned char f[RUCCL_P2P_FRAME_BYTES];
+    encode_frame(f, FRAME_BEAT, 0, 0, 0, 0);
+    rc = write_out(p->net, p->succ, o->fd, f, sizeof f, deadline_ns);
+    if (rc != RUCCL_OK && o->fd >= 0) { /* a frame cut short leaves the stream unusable */
+      close(o->fd);
+      o->fd = -1;
+      o->failed = rc;
+      snprintf(o->why, sizeof o->why, "%s", ruccl_last_error());
+    }
+  }
+  pthread_mutex_unlock(&o->mu);
+}
+
+static void *beater_main(void *arg) {
+  ruccl_p2p_net_t *p = arg;
+  const int64_t period = p->liveness_ns / 4;
+  pthread_mutex_lock(&p->beat_mu);
+  while (!atomic_load(&p->beat_stop)) {
+    pthread_mutex_unlock(&p->beat_mu);
+    int64_t now = ruccl_now_ns();
+    beat(p, now + period);
+    now = ruccl_now_ns();
+    int64_t silent = now - atomic_load_explicit(&p->heard[p->pred], memory_order_relaxed);
+    if (silent > p->liveness_ns && !atomic_load(&p->pred_quiet) && !atomic_load(&p->beat_stop) &&
+        ruccl_net_session_state(p->net) == RUCCL_OK) {
+      atomic_store(&p->pred_quiet, 1);
+      ruccl_log(1, "node %u: node %u sent nothing for %lld ms", p->me, p->pred, (long long)(silent / 1000000));
+      if (p->routes.silent) p->routes.silent(p->routes.ctx, p->pred, silent / 1000000);
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = until.tv_nsec + period;
+    until.tv_sec += ns / 1000000000;
+    until.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&p->beat_mu);
+    if (!atomic_load(&p->beat_stop)) pthread_cond_timedwait(&p->beat_cv, &p->beat_mu, &until);
+  }
+  pthread_mutex_unlock(&p->beat_mu);
+  OPENSSL_thread_stop();
+  return NULL;
+}
+
+void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
+  ruccl_p2p_net_t *p = net->p2p;
+  if (!p || p->num_nodes < 2 || timeout_ms <= 0) return;
+  p->liveness_ns = timeout_ms * 1000000;
+  p->succ = (p->me + 1) % p->num_nodes;
+  p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
+  atomic_store(&p->heard[p->pred], ruccl_now_ns());
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_destroy(&p->beat_cv);
+  pthread_cond_init(&p->beat_cv, &attr);
+  pthread_condattr_destroy(&attr);
+  p->beater_running = pthread_create(&p->beater, NULL, beater_main, p) == 0;
+  if (!p->beater_running) ruccl_log(1, "node %u: no liveness thread: a frozen peer is found by the timeout only", p->me);
+}
+
 /* ---- the end -------------------------------------------------------------------- */
 
 void ruccl_p2p_net_close(ruccl_net_t *net, int finished) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p) return;
+  if (p->beater_running) { /* the beats end first: nothing is sent after the end frames */
+    atomic_store(&p->beat_stop, 1);
+    pthread_mutex_lock(&p->beat_mu);
+    pthread_cond_broadcast(&p->beat_cv);
+    pthread_mutex_unlock(&p->beat_mu);
+    pthread_join(p->beater, NULL);
+    p->beater_running = 0;
+  }
   int64_t deadline = ruccl_deadline_after_ms(net->timeout_ms);
   int *fds = malloc(sizeof *fds * p->num_nodes);
   for (unsigned k = 0; k < p->num_nodes; k++) {
@@ -450,9 +558,11 @@ void ruccl_p2p_net_close(ruccl_net_t *net, int finished) {
     pthread_mutex_destroy(&p->out[k].mu);
   }
   pthread_mutex_destroy(&p->in_mu);
+  pthread_mutex_destroy(&p->beat_mu);
+  pthread_cond_destroy(&p->beat_cv);
   close(p->wake[0]);
   close(p->wake[1]);
-  free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink);
+  free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink), free(p->heard);
   free(p);
   net->p2p = NULL;
 }

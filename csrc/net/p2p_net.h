@@ -12,9 +12,17 @@
  * its data sockets has a message half sent says why here (an abort never lands in
  * the middle of a message).
  *
+ * And liveness: each node beats on its connection to the next node of the ring of
+ * nodes (index + 1, modulo their number) every quarter of the liveness timeout,
+ * from a thread of its own (so a node that computes for hours still beats), and
+ * watches the previous node's stream: any byte of it counts.  A predecessor silent
+ * for longer than the timeout (frozen, cut off, or its host gone) stops the session
+ * with PEER_LOST, which the abort notices carry to every other node.  Whatever set
+ * of nodes freezes, some survivor watches one of them.
+ *
  * Frame (little-endian, 24 bytes, then the payload): u32 kind (1 message, 2 end:
  * the sending node finished, 3 abort: the sending node stopped the session, the
- * code in the tag field), u32 source global index, u32 destination global index,
+ * code in the tag field, 4 beat), u32 source global index, u32 destination global index,
  * i32 tag, u64 payload bytes (0 but for a message).  The receiving thread streams each message
  * into its mailbox (p2p_match.h) as it arrives. */
 #ifndef RUCCL_P2P_NET_H
@@ -41,7 +49,13 @@ typedef struct {
   const unsigned *node_of; /* by global index */
   /* Node `node` stopped the session with code (its notice on the control connection). */
   void (*stopped)(void *ctx, unsigned node, ruccl_result_t code);
+  /* Node `node` sent nothing for ms milliseconds, more than the liveness timeout. */
+  void (*silent)(void *ctx, unsigned node, int64_t ms);
 } ruccl_p2p_routes_t;
+
+/* After ruccl_net_connect_all: beats to the next node and watches the previous one
+   (timeout_ms <= 0: not at all). */
+void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms);
 
 /* After ruccl_net_connect_all: keeps every node's data address for later
    connections. */

@@ -86,6 +86,29 @@ static void node_stopped(void *ctx, unsigned node, ruccl_result_t code) {
   ruccl_group_break(ctx, code);
 }
 
+/* The node before this one in the ring of nodes went silent for longer than the
+   liveness timeout. */
+static void node_silent(void *ctx, unsigned node, int64_t ms) {
+  ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u sent nothing for %lld ms, more than the liveness timeout "
+             "(RUCCL_LIVENESS_TIMEOUT_MS): frozen, cut off or gone", node, (long long)ms);
+  ruccl_group_break(ctx, RUCCL_ERR_PEER_LOST);
+}
+
+/* RUCCL_LIVENESS_TIMEOUT_MS: how long a silent node may stay silent; 0 turns the
+   watch off. */
+static int64_t liveness_timeout_ms(void) {
+  const char *e = getenv("RUCCL_LIVENESS_TIMEOUT_MS");
+  if (!e || !*e) return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
+  char *end = NULL;
+  long long v = strtoll(e, &end, 10);
+  if (*end || v < 0) {
+    ruccl_log(1, "RUCCL_LIVENESS_TIMEOUT_MS=%s is not a number of milliseconds: using %d", e,
+              RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS);
+    return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
+  }
+  return v;
+}
+
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   const ruccl_config_t *cfg = &g->config;
   const ruccl_bootstrap_t *bootstrap =
@@ -100,6 +123,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   net->reset = &g->reset;
   net->bootstrap = bootstrap;
   net->broken = &g->broken;
+  net->broken_why = g->broken_why;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
   if (rc != RUCCL_OK) {
     free(net);
@@ -128,7 +152,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   }
   if (rc == RUCCL_OK) {
     ruccl_p2p_routes_t routes = {
-        .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped};
+        .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped,
+        .silent = node_silent};
     net->me = my_node;
     rc = ruccl_p2p_net_init(net, &table, &routes);
   }
@@ -141,6 +166,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     free(net);
     return rc;
   }
+  ruccl_p2p_net_start_liveness(net, liveness_timeout_ms());
   *out = net; /* the registry publishes it, under its lock */
   ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
             g->n_total);

@@ -458,6 +458,9 @@ static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
 static ruccl_result_t header_arrived(ruccl_net_t *net, in_state_t *in) {
   uint32_t kind = ntohl(in->hdr.kind);
   if (kind == MSG_ABORT) {
+    /* This node's own reset or stop, if any, came first: the other's notice answers it */
+    ruccl_result_t mine = ruccl_net_session_state(net);
+    if (mine != RUCCL_OK) return mine;
     uint32_t code = ntohl(in->hdr.code);
     if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PEER_LOST;
     return ruccl_fail((ruccl_result_t)code, "node %d stopped the session (%s)", in->node,
@@ -548,8 +551,14 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
 
 ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net) {
   if (net->reset && atomic_load(net->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
-  if (net->broken && atomic_load(net->broken))
-    return ruccl_fail((ruccl_result_t)atomic_load(net->broken), "the session failed on this node");
+  int broken = net->broken ? atomic_load(net->broken) : 0;
+  if (broken) { /* its cause was written before the flag */
+    if (net->broken_why && net->broken_why[0]) {
+      ruccl_set_last_error(net->broken_why);
+      return (ruccl_result_t)broken;
+    }
+    return ruccl_fail((ruccl_result_t)broken, "the session failed on this node");
+  }
   int code = atomic_load(&net->abort_code); /* this node is stopping the session (the flag above follows) */
   if (code != RUCCL_OK && atomic_load(&net->aborted))
     return ruccl_fail((ruccl_result_t)code, "this node stopped the session (%s)", ruccl_error_string((ruccl_result_t)code));

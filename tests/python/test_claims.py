@@ -443,12 +443,14 @@ def test_tcp_transport(ws, tmp_path):
 KILL_PG_TIMEOUT = 60.0
 KILL_NUMEL = 4 << 20  # 16 MiB of float32: most of each iteration is spent inside the all_reduce
 KILL_PROMPT = 10.0  # seconds from the kill to each survivor's error
+KILL_LIVENESS_MS = 2000  # RUCCL_LIVENESS_TIMEOUT_MS: how soon a frozen (SIGSTOPped) rank is lost
 
 
 def _kill_main(rank, ws, port, transport, q):
     dist_harness.prepare_worker()
     if transport == "tcp":
         os.environ["RUCCL_TRANSPORT"] = "tcp"
+    os.environ["RUCCL_LIVENESS_TIMEOUT_MS"] = str(KILL_LIVENESS_MS)
     init_pg(rank, ws, f"tcp://127.0.0.1:{port}", timeout=timedelta(seconds=KILL_PG_TIMEOUT))
     t = torch.ones(KILL_NUMEL)
     iterations, msg = 0, None
@@ -471,12 +473,15 @@ def _kill_main(rank, ws, port, transport, q):
     os._exit(0)  # no destroy: the group lost a member
 
 
-@skip_on_gloo("gloo gives the survivors no error for a killed peer for longer than the group's timeout")
-@pytest.mark.parametrize("ws,transport", [(2, "shm"), (3, "shm"), (3, "tcp")])
-def test_killed_rank_is_reported_as_peer_lost(ws, transport):
+@skip_on_gloo("gloo gives the survivors no error for a killed or frozen peer for longer than the group's timeout")
+@pytest.mark.parametrize("ws,transport,sig", [(2, "shm", "SIGKILL"), (3, "shm", "SIGKILL"), (3, "tcp", "SIGKILL"),
+                                              (2, "shm", "SIGSTOP"), (3, "tcp", "SIGSTOP")])
+def test_killed_rank_is_reported_as_peer_lost(ws, transport, sig):
     """All ranks loop over a 16 MiB all_reduce; once every rank has reported the loop
-    under way, rank 1 is killed (SIGKILL).  Every other rank gets a RuntimeError with
-    RUCCL_ERR_PEER_LOST within KILL_PROMPT s of the kill (the group's timeout: 60 s)."""
+    under way, rank 1 is killed (SIGKILL) or frozen (SIGSTOP: its sockets stay open,
+    only its silence tells; the liveness timeout is KILL_LIVENESS_MS).  Every other
+    rank gets a RuntimeError with RUCCL_ERR_PEER_LOST within KILL_PROMPT s of the
+    signal (the group's timeout: 60 s)."""
     victim = 1
     ctx = torch.multiprocessing.get_context("spawn")
     # A queue per rank: a queue's writers share a lock, which the victim, killed while
@@ -519,7 +524,7 @@ def test_killed_rank_is_reported_as_peer_lost(ws, transport):
                 ended[rank] = rest
         assert not ended, f"ranks ended before the kill: {ended}"
         t_kill = time.monotonic()
-        os.kill(procs[victim].pid, signal.SIGKILL)
+        os.kill(procs[victim].pid, getattr(signal, sig))
         deadline = t_kill + KILL_PG_TIMEOUT + 30
         while len(ended) < ws - 1:
             assert time.monotonic() < deadline, f"survivors did not all report: {ended}"
@@ -529,6 +534,7 @@ def test_killed_rank_is_reported_as_peer_lost(ws, transport):
                 continue
             if kind != "looping":
                 ended[rank] = rest
+        os.kill(procs[victim].pid, signal.SIGKILL)  # a frozen one too
         procs[victim].join(10)
         assert procs[victim].exitcode == -signal.SIGKILL, procs[victim].exitcode
     finally:
