@@ -24,12 +24,7 @@ struct ruccl_unexpected {
 
 int ruccl_mailbox_init(ruccl_mailbox_t *mb) {
   memset(mb, 0, sizeof *mb);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  int rc = pthread_cond_init(&mb->cv, &attr);
-  pthread_condattr_destroy(&attr);
-  if (rc != 0) return -1;
+  if (ruccl_cond_init_monotonic(&mb->cv) != 0) return -1;
   if (pthread_mutex_init(&mb->mu, NULL) != 0) {
     pthread_cond_destroy(&mb->cv);
     return -1;

@@ -52,11 +52,7 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
   atomic_init(&g->refs, 1); /* the registry's */
   atomic_init(&g->reset, 0);
   atomic_init(&g->broken, 0);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&g->registered, &attr);
-  pthread_condattr_destroy(&attr);
+  ruccl_cond_init_monotonic(&g->registered);
   return g;
 }
 

@@ -12,6 +12,15 @@ int64_t ruccl_now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int ruccl_cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+  return rc;
+}
+
 int64_t ruccl_deadline_after_ms(int64_t ms) {
   int64_t now = ruccl_now_ns();
   if (ms <= 0) return now;

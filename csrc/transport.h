@@ -9,6 +9,7 @@
 #ifndef RUCCL_TRANSPORT_H
 #define RUCCL_TRANSPORT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,9 @@ ruccl_result_t ruccl_team_recv(const ruccl_team_t *team, int peer, void *buf, si
 ruccl_result_t ruccl_team_send_all(const ruccl_team_t *team, const void *buf, size_t bytes);
 
 int64_t ruccl_now_ns(void);
+/* Initializes a condition variable whose timed waits take CLOCK_MONOTONIC
+   deadlines (ruccl_now_ns); returns pthread_cond_init's result. */
+int ruccl_cond_init_monotonic(pthread_cond_t *cv);
 
 /* Waits spin this long before sleeping or yielding: waking a sleeping thread or
    process costs tens of microseconds on these machines. */

@@ -33,11 +33,7 @@ int ruccl_inproc_init(ruccl_inproc_t *t, unsigned n) {
   t->channels = calloc((size_t)n * n, sizeof *t->channels);
   if (!t->channels) return -1;
   for (size_t i = 0; i < (size_t)n * n; i++) atomic_init(&t->channels[i].state, INPROC_EMPTY);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&t->cv, &attr);
-  pthread_condattr_destroy(&attr);
+  ruccl_cond_init_monotonic(&t->cv);
   pthread_mutex_init(&t->mu, NULL);
   atomic_init(&t->sleepers, 0);
   return 0;

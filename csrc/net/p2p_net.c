@@ -118,7 +118,7 @@ ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, 
   }
   pthread_mutex_init(&p->in_mu, NULL);
   pthread_mutex_init(&p->beat_mu, NULL);
-  pthread_cond_init(&p->beat_cv, NULL);
+  ruccl_cond_init_monotonic(&p->beat_cv);
   atomic_init(&p->stop, 0);
   atomic_init(&p->pred_quiet, 0);
   atomic_init(&p->beat_stop, 0);
@@ -333,6 +333,15 @@ static ruccl_result_t open_out(ruccl_net_t *net, unsigned k, int64_t deadline_ns
   return RUCCL_OK;
 }
 
+/* Connection lock held: a frame or message cut short leaves the stream unusable;
+   later sends to the node fail with rc and this thread's error. */
+static void out_failed(out_conn_t *o, ruccl_result_t rc) {
+  if (o->fd >= 0) close(o->fd);
+  o->fd = -1;
+  o->failed = rc;
+  snprintf(o->why, sizeof o->why, "%s", ruccl_last_error());
+}
+
 /* Writes all of buf, waiting for room until the deadline; gives up when the
    session fails meanwhile. */
 static ruccl_result_t write_out(ruccl_net_t *net, unsigned k, int fd, const void *buf, size_t len,
@@ -376,12 +385,7 @@ ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src,
     encode_frame(f, FRAME_MESSAGE, src, dst, tag, bytes);
     if (rc == RUCCL_OK) rc = write_out(net, node, o->fd, f, sizeof f, deadline_ns);
     if (rc == RUCCL_OK && bytes) rc = write_out(net, node, o->fd, buf, bytes, deadline_ns);
-    if (rc != RUCCL_OK) { /* a message cut short leaves the stream unusable */
-      if (o->fd >= 0) close(o->fd);
-      o->fd = -1;
-      o->failed = rc;
-      snprintf(o->why, sizeof o->why, "%s", ruccl_last_error());
-    }
+    if (rc != RUCCL_OK) out_failed(o, rc);
   }
   pthread_mutex_unlock(&o->mu);
   return rc;
@@ -453,12 +457,7 @@ static void beat(ruccl_p2p_net_t *p, int64_t deadline_ns) {
     unsigned char f[RUCCL_P2P_FRAME_BYTES];
     encode_frame(f, FRAME_BEAT, 0, 0, 0, 0);
     rc = write_out(p->net, p->succ, o->fd, f, sizeof f, deadline_ns);
-    if (rc != RUCCL_OK && o->fd >= 0) { /* a frame cut short leaves the stream unusable */
-      close(o->fd);
-      o->fd = -1;
-      o->failed = rc;
-      snprintf(o->why, sizeof o->why, "%s", ruccl_last_error());
-    }
+    if (rc != RUCCL_OK) out_failed(o, rc); /* open_out's failure, above, is retried next beat */
   }
   pthread_mutex_unlock(&o->mu);
 }
@@ -479,11 +478,8 @@ static void *beater_main(void *arg) {
       ruccl_log(1, "node %u: node %u sent nothing for %lld ms", p->me, p->pred, (long long)(silent / 1000000));
       if (p->routes.silent) p->routes.silent(p->routes.ctx, p->pred, silent / 1000000);
     }
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t ns = until.tv_nsec + period;
-    until.tv_sec += ns / 1000000000;
-    until.tv_nsec = ns % 1000000000;
+    int64_t wake = ruccl_now_ns() + period;
+    struct timespec until = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
     pthread_mutex_lock(&p->beat_mu);
     if (!atomic_load(&p->beat_stop)) pthread_cond_timedwait(&p->beat_cv, &p->beat_mu, &until);
   }
@@ -499,12 +495,6 @@ void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   p->succ = (p->me + 1) % p->num_nodes;
   p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
   atomic_store(&p->heard[p->pred], ruccl_now_ns());
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_destroy(&p->beat_cv);
-  pthread_cond_init(&p->beat_cv, &attr);
-  pthread_condattr_destroy(&attr);
   p->beater_running = pthread_create(&p->beater, NULL, beater_main, p) == 0;
   if (!p->beater_running) ruccl_log(1, "node %u: no liveness thread: a frozen peer is found by the timeout only", p->me);
 }
