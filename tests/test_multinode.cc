@@ -200,12 +200,20 @@ TEST(MultiNode, FinishedPeerIsReportedOnOtherNodes) {
 
 class Transports : public ::testing::TestWithParam<std::string> {};
 
-// Every surviving peer (not only each survivor process) must end with PEER_LOST, and
-// the kill comes once every peer has completed a 32 MB all-reduce and is in the next.
-TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
+// 3 nodes of 2 peers (0,1 | 2,3 | 4,5) loop over 32 MB ring all-reduces (scenario
+// "big"); once every peer has completed one and is in the next, node 1 gets `sig`
+// (then SIGKILL, for a frozen one).  What the survivors (nodes 0 and 2) did.
+struct SignalledSession {
+  bool under_way;          // every peer reported its all-reduces running before the signal
+  std::vector<int> codes;  // nodes 0 and 2: 3 is RUCCL_ERR_PEER_LOST
+  double took;             // seconds from the signal until both survivors exited
+  std::string text;        // their logs
+};
+
+SignalledSession signal_mid_all_reduce(const std::string &group, int sig, const std::string &transport) {
   Orchestrator orch;
   const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  LoggedNodes nodes(orch, "kill", ids, "big", "ring", GetParam());
+  LoggedNodes nodes(orch, group, ids, "big", "ring", transport);
   const std::vector<pid_t> &pids = nodes.pids;
   auto running = [&] {
     std::string all;
@@ -217,19 +225,28 @@ TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!running() && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  bool under_way = running();
-  kill(pids[1], SIGKILL);
+  SignalledSession r;
+  r.under_way = running();
+  kill(pids[1], sig);
   auto start = std::chrono::steady_clock::now();
-  auto codes = wait_all({pids[0], pids[2]}, 60);
+  r.codes = wait_all({pids[0], pids[2]}, 60);
+  r.took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(pids[1], SIGKILL);
   waitpid(pids[1], nullptr, 0);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_TRUE(under_way) << "the peers never reported their all-reduces under way";
-  EXPECT_EQ(std::vector<int>({3, 3}), codes) << "survivor nodes must end with RUCCL_ERR_PEER_LOST";
-  std::string text = nodes.log(0) + nodes.log(2);
+  r.text = nodes.log(0) + nodes.log(2);
+  return r;
+}
+
+// Every surviving peer (not only each survivor process) must end with PEER_LOST, and
+// the kill comes once every peer has completed a 32 MB all-reduce and is in the next.
+TEST_P(Transports, KilledNodeMidAllReduceIsPeerLostForTheSurvivors) {
+  SignalledSession r = signal_mid_all_reduce("kill", SIGKILL, GetParam());
+  ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
+  EXPECT_EQ(std::vector<int>({3, 3}), r.codes) << "survivor nodes must end with RUCCL_ERR_PEER_LOST";
   for (int id : {0, 1, 4, 5})
-    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
-        << "peer " << id << ": " << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
-  EXPECT_LT(took, 20.0) << "survivors must not wait for their timeout";
+    EXPECT_NE(std::string::npos, r.text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
+        << "peer " << id << ": " << r.text.substr(r.text.size() > 3000 ? r.text.size() - 3000 : 0);
+  EXPECT_LT(r.took, 20.0) << "survivors must not wait for their timeout";
 }
 
 TEST_P(Transports, PointToPointAcrossNodes) {
@@ -281,34 +298,15 @@ struct ScopedEnv {
 // carry the code to the node that does not watch it.
 TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
   ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
-  Orchestrator orch;
-  const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  LoggedNodes nodes(orch, "freeze", ids, "big", "ring", GetParam());
-  const std::vector<pid_t> &pids = nodes.pids;
-  auto running = [&] {
-    std::string all;
-    for (size_t k = 0; k < ids.size(); k++) all += nodes.log(k);
-    for (int id = 0; id < 6; id++)
-      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
-    return true;
-  };
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!running() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  bool under_way = running();
-  kill(pids[1], SIGSTOP);
-  auto codes = wait_all({pids[0], pids[2]}, 60);
-  kill(pids[1], SIGKILL);
-  waitpid(pids[1], nullptr, 0);
-  ASSERT_TRUE(under_way) << "the peers never reported their all-reduces under way";
-  std::string text = nodes.log(0) + nodes.log(2);
-  EXPECT_EQ(std::vector<int>({3, 3}), codes)
+  SignalledSession r = signal_mid_all_reduce("freeze", SIGSTOP, GetParam());
+  ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
+  EXPECT_EQ(std::vector<int>({3, 3}), r.codes)
       << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
-      << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+      << r.text.substr(r.text.size() > 3000 ? r.text.size() - 3000 : 0);
   for (int id : {0, 1, 4, 5})
-    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
+    EXPECT_NE(std::string::npos, r.text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
         << "peer " << id;
-  EXPECT_NE(std::string::npos, text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+  EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
 }
 
 // No false alarm: nodes that make no call for 4 s (a compute phase), 8 liveness

@@ -33,6 +33,26 @@ int64_t sleep_until(ruccl_shm_link_t *l, bool eager, int want_read, int want_wri
   return ruccl_now_ns() - t0;
 }
 
+// A fresh segment, created by this process (side 0); unlinked and unmapped at the
+// end of the test, after any child that opens it by name has done so.
+struct Segment {
+  ruccl_shm_link_t link = {};
+  char name[RUCCL_SHM_NAME_MAX];
+  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
+  Segment() { EXPECT_EQ(ruccl_shm_create(&link, name, token), RUCCL_OK); }
+  ~Segment() {
+    if (!link.map) return;
+    ruccl_shm_unlink(name);
+    ruccl_shm_close(&link);
+  }
+  // In a forked child: the other side of the link, or _exit(2).
+  ruccl_shm_link_t open_other_side() const {
+    ruccl_shm_link_t b = {};
+    if (ruccl_shm_open(&b, name, token) != RUCCL_OK) _exit(2);
+    return b;
+  }
+};
+
 class ShmDoorbell : public ::testing::TestWithParam<bool> {};
 
 // Child: opens the link and, 100 times, waits asleep for a message, then answers it.
@@ -40,15 +60,13 @@ class ShmDoorbell : public ::testing::TestWithParam<bool> {};
 // from the doorbell: the sleeps are 10 s long.
 TEST_P(ShmDoorbell, ASleepingReaderWakesOnEveryMessage) {
   const bool eager = GetParam();
-  ruccl_shm_link_t a = {};
-  char name[RUCCL_SHM_NAME_MAX];
-  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
-  ASSERT_EQ(ruccl_shm_create(&a, name, token), RUCCL_OK);
+  Segment seg;
+  ASSERT_FALSE(HasFailure());
+  ruccl_shm_link_t &a = seg.link;
   constexpr int kRounds = 30;
   pid_t child = fork();
   if (child == 0) {
-    ruccl_shm_link_t b = {};
-    if (ruccl_shm_open(&b, name, token) != RUCCL_OK) _exit(2);
+    ruccl_shm_link_t b = seg.open_other_side();
     if (eager) ruccl_shm_set_eager(&b);
     for (int r = 0; r < kRounds; r++) {
       int got = -1;
@@ -73,25 +91,21 @@ TEST_P(ShmDoorbell, ASleepingReaderWakesOnEveryMessage) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "the child missed a wake-up (3), or its link failed";
   EXPECT_LT(worst, kLongSleep) << "the parent missed a wake-up";
-  ruccl_shm_unlink(name);
-  ruccl_shm_close(&a);
 }
 
 // A writer with the ring full sleeps until the reader frees room.
 TEST_P(ShmDoorbell, AWriterWithTheRingFullWakesWhenRoomIsFreed) {
   const bool eager = GetParam();
-  ruccl_shm_link_t a = {};
-  char name[RUCCL_SHM_NAME_MAX];
-  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
-  ASSERT_EQ(ruccl_shm_create(&a, name, token), RUCCL_OK);
+  Segment seg;
+  ASSERT_FALSE(HasFailure());
+  ruccl_shm_link_t &a = seg.link;
   std::vector<unsigned char> chunk(1 << 16, 7);
   size_t filled = 0;
   while (size_t n = ruccl_shm_write(&a, chunk.data(), chunk.size())) filled += n;
   ASSERT_GT(filled, 0u);
   pid_t child = fork();
   if (child == 0) {
-    ruccl_shm_link_t b = {};
-    if (ruccl_shm_open(&b, name, token) != RUCCL_OK) _exit(2);
+    ruccl_shm_link_t b = seg.open_other_side();
     usleep(50000);  // the parent is asleep by now
     std::vector<unsigned char> sink(chunk.size());
     if (ruccl_shm_read(&b, sink.data(), sink.size()) != sink.size()) _exit(3);
@@ -107,8 +121,6 @@ TEST_P(ShmDoorbell, AWriterWithTheRingFullWakesWhenRoomIsFreed) {
   int st = 0;
   ASSERT_EQ(waitpid(child, &st, 0), child);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  ruccl_shm_unlink(name);
-  ruccl_shm_close(&a);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, ShmDoorbell, ::testing::Bool(),
@@ -116,17 +128,14 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmDoorbell, ::testing::Bool(),
 
 // With nothing coming, a sleep ends at its deadline (it is the caller's bound).
 TEST(ShmDoorbell, ASleepWithNothingComingEndsAtItsDeadline) {
-  ruccl_shm_link_t a = {};
-  char name[RUCCL_SHM_NAME_MAX];
-  unsigned char token[RUCCL_SHM_TOKEN_BYTES];
-  ASSERT_EQ(ruccl_shm_create(&a, name, token), RUCCL_OK);
-  ruccl_shm_unlink(name);
+  Segment seg;
+  ASSERT_FALSE(HasFailure());
+  ruccl_shm_link_t &a = seg.link;
   int64_t t0 = ruccl_now_ns();
   ruccl_shm_wait(&a, 1, 0, t0 + 30 * kMs);
   int64_t took = ruccl_now_ns() - t0;
   EXPECT_GE(took, 29 * kMs);
   EXPECT_LT(took, 5000 * kMs);
-  ruccl_shm_close(&a);
 }
 
 }  // namespace
