@@ -14,7 +14,11 @@
 
 static_assert(RUCCL_NCCL_UNIQUE_ID_BYTES == NCCL_UNIQUE_ID_BYTES, "unique id size");
 static_assert(sizeof(ruccl_nccl_unique_id_t) == sizeof(ncclUniqueId), "unique id layout");
-static_assert(RUCCL_NCCL_API_MAGIC == NCCL_API_MAGIC, "config magic");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+// NCCL_API_MAGIC has a name since 2.19; before, the initializer spells it out.
+static constexpr ncclConfig_t kNcclConfigInitializer = NCCL_CONFIG_INITIALIZER;
+static_assert(RUCCL_NCCL_API_MAGIC == kNcclConfigInitializer.magic, "config magic");
+#endif
 static_assert(RUCCL_NCCL_CONFIG_UNDEF_INT == NCCL_CONFIG_UNDEF_INT, "undefined config value");
 static_assert(RUCCL_NCCL_VERSION(2, 18, 0) == NCCL_VERSION(2, 18, 0), "version code");
 
@@ -41,7 +45,9 @@ SAME_VALUE(RUCCL_NCCL_PROD, ncclProd);
 SAME_VALUE(RUCCL_NCCL_MAX, ncclMax);
 SAME_VALUE(RUCCL_NCCL_MIN, ncclMin);
 
-// The configuration is a prefix of NCCL's, field for field.
+// The configuration is a prefix of NCCL's, field for field, from 2.18 (the oldest NCCL
+// ruCCL loads; an older header has a shorter ncclConfig_t, and only the rest is checked).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
 #define SAME_FIELD(ours, theirs)                                                               \
   static_assert(offsetof(ruccl_nccl_config_t, ours) == offsetof(ncclConfig_t, theirs), #ours); \
   static_assert(sizeof(((ruccl_nccl_config_t *)0)->ours) == sizeof(((ncclConfig_t *)0)->theirs), #ours)
@@ -55,6 +61,7 @@ SAME_FIELD(max_ctas, maxCTAs);
 SAME_FIELD(net_name, netName);
 SAME_FIELD(split_share, splitShare);
 static_assert(sizeof(ruccl_nccl_config_t) <= sizeof(ncclConfig_t), "config prefix");
+#endif
 
 // The function pointers ruCCL calls through have NCCL's signatures (cudaStream_t is a
 // pointer; enums pass as int).
@@ -65,6 +72,7 @@ static_assert(sizeof(ncclDataType_t) == sizeof(ruccl_nccl_data_type_t), "");
 static_assert(sizeof(ncclRedOp_t) == sizeof(ruccl_nccl_red_op_t), "");
 
 int main() {
-  std::printf("nccl_api.h matches nccl.h of NCCL %d.%d.%d\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  std::printf("nccl_api.h matches nccl.h of NCCL %d.%d.%d%s\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+              NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0) ? "" : " (older than 2.18: configuration not checked)");
   return 0;
 }

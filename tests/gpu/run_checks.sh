@@ -15,6 +15,8 @@
 #   perf       same-GPU all-reduce of 4 ranks, 256 MB FP32, by build-gpu/ruccl-perf -d cuda,
 #              then 2 processes on GPU 0 asking for NCCL (RUCCL_PATH=nccl): they must
 #              fall back to host staging and say why; 64 MB
+#   kernel     build-gpu/ruccl-cuda-reduce-bench: the same-device reduction kernels alone
+#              (4 ranks, 256 MB FP32), timed with events next to a device-to-device copy
 #   bench      bench/gpu_bench.py: the table of ruCCL's numbers next to the copy rates
 #              and gloo measured in the same run, with their targets
 #
@@ -45,6 +47,31 @@ done
 export PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS MAX_JOBS=$JOBS RUCCL_CUDA_ARCHS=90 OMP_NUM_THREADS=1
 
+# What the build needs that a GPU image may lack, brought along in $DEPS (copied from a
+# Debian machine: OpenSSL's headers in openssl/include, GoogleTest's source in googletest;
+# nothing of it is used where the machine has its own):
+#   - libcrypto's headers: taken from $DEPS, linked against the machine's libcrypto.so.3
+#     (through a libcrypto.so link in $DEPS/openssl/lib); CPATH and LIBRARY_PATH reach
+#     setup.py's compiler, OPENSSL_ROOT_DIR CMake's FindOpenSSL;
+#   - GoogleTest: built from $DEPS/googletest and installed in $GTEST_PREFIX (s_core).
+DEPS=${RUCCL_GPU_DEPS:-$ROOT/.gpu-deps}
+GTEST_PREFIX=
+if ! echo '#include <openssl/evp.h>' | cc -E -x c - >/dev/null 2>&1 && [ -d "$DEPS/openssl/include/openssl" ]; then
+  crypto=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so\.3 .*x86-64/ {print $NF; exit}')
+  if [ -n "$crypto" ]; then
+    mkdir -p "$DEPS/openssl/lib"
+    ln -sf "$crypto" "$DEPS/openssl/lib/libcrypto.so"
+    export CPATH=$DEPS/openssl/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$DEPS/openssl/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export OPENSSL_ROOT_DIR=$DEPS/openssl
+  fi
+fi
+if ! ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake \
+    /usr/local/lib/cmake/GTest/GTestConfig.cmake >/dev/null 2>&1 && [ -f "$DEPS/googletest/CMakeLists.txt" ]; then
+  GTEST_PREFIX=$DEPS/gtest-install
+  export CMAKE_PREFIX_PATH=$GTEST_PREFIX${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+fi
+
 say() { printf '%s\n' "$*" | tee -a "$LOG"; }
 
 # step NAME CAP FUNCTION: runs FUNCTION (a shell function of this script) in a bash
@@ -60,7 +87,7 @@ step() {
     return 1
   fi
   began=$(date +%s)
-  timeout --kill-after=10 "$t" bash -c "set -o pipefail; $(declare -f "$fn"); $fn" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$t" bash -c "set -o pipefail; $(declare -f "$fn" nccl_library); $fn" >"$OUT/$name.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "PASS $(($(date +%s) - began)) s" >"$OUT/$name.status"
@@ -110,7 +137,22 @@ sys.exit(0 if ok else 1)'
 s_core() {
   local gen=Ninja
   command -v ninja >/dev/null || gen="Unix Makefiles"
+  if [ -n "$GTEST_PREFIX" ] && [ ! -f "$GTEST_PREFIX/lib/cmake/GTest/GTestConfig.cmake" ]; then
+    echo "run_checks: GoogleTest from $DEPS/googletest"
+    cmake -S "$DEPS/googletest" -B "$DEPS/gtest-build" -G "$gen" -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_GMOCK=OFF -DCMAKE_INSTALL_PREFIX="$GTEST_PREFIX" -DCMAKE_INSTALL_LIBDIR=lib >/dev/null &&
+      cmake --build "$DEPS/gtest-build" -j "$JOBS" >/dev/null && cmake --install "$DEPS/gtest-build" >/dev/null ||
+      echo "run_checks: GoogleTest did not build"
+  fi
   local args=(-S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DRUCCL_CUDA=ON -DRUCCL_CUDA_ARCHS=90)
+  # nccl_api.h checked against the nccl.h of the NCCL the tests load (torch's wheel's),
+  # rather than whichever one the system has
+  local inc
+  inc=$("$PY" -c 'import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+found = [d for s in dirs for d in glob.glob(os.path.join(s, "nvidia", "nccl", "include")) if os.path.isfile(os.path.join(d, "nccl.h"))]
+print(found[0] if found else "")')
+  [ -n "$inc" ] && args+=("-DRUCCL_NCCL_INCLUDE_DIR=$inc")
   if [ -f build-gpu/CMakeCache.txt ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=$gen\$" build-gpu/CMakeCache.txt; then
     rm -rf build-gpu
   fi
@@ -200,6 +242,13 @@ s_perf() {
   echo "${busbw:-n/a}" >"$OUT/same_gpu_busbw"
 }
 
+s_kernel() {
+  [ -x build-gpu/ruccl-cuda-reduce-bench ] || { echo "build-gpu/ruccl-cuda-reduce-bench was not built"; return 1; }
+  # the same-device reduction kernels alone (4 ranks, 256 MB float32) next to a copy;
+  # every variant's output is checked bit for bit
+  build-gpu/ruccl-cuda-reduce-bench 256 4 50
+}
+
 s_bench() {
   local same=n/a
   [ -s "$OUT/same_gpu_busbw" ] && same=$(cat "$OUT/same_gpu_busbw")
@@ -207,11 +256,13 @@ s_bench() {
     --json "$OUT/gpu_bench.json"
 }
 
-export ROOT OUT JOBS PY
+export ROOT OUT JOBS PY DEPS GTEST_PREFIX
 
 # ---- the run ------------------------------------------------------------------------------
 
 say "run_checks: $(date -u '+%F %T') UTC in $ROOT, results in $OUT, budget ${BUDGET_S} s"
+[ -n "${OPENSSL_ROOT_DIR:-}" ] && say "run_checks: libcrypto's headers from $OPENSSL_ROOT_DIR"
+[ -n "$GTEST_PREFIX" ] && say "run_checks: GoogleTest built from $DEPS/googletest"
 step env 60 s_env
 report env 12
 
@@ -231,13 +282,15 @@ step pytest 200 s_pytest
 report pytest 20
 step perf 90 s_perf
 report perf 12
+step kernel 60 s_kernel
+report kernel 14
 step bench 150 s_bench
 report bench 12
 
 say ""
 say "run_checks: $(($(date +%s) - START)) s in all"
 failed=0
-for name in env core extension example gtest pytest perf bench; do
+for name in env core extension example gtest pytest perf kernel bench; do
   status=$(cat "$OUT/$name.status" 2>/dev/null || echo "FAIL did not run")
   say "  $(printf '%-10s' "$name") $status"
   case $status in FAIL*) failed=1 ;; esac
