@@ -288,12 +288,13 @@ TEST(Cuda, FourPeersOnOneGpuAllReduceThroughPinnedMemory) {
 }
 
 /* NCCL at world size 1 (the one NCCL session one GPU allows): its loading, set-up,
-   launch and completion; float32 goes through NCCL, bfloat16 (computed in float32)
-   does not.  The NCCL is RUCCL_NCCL_LIBRARY's, else one found by the loader. */
+   launch and completion; float32 SUM and MEAN go through NCCL, float32 MAX (NCCL's
+   fmax drops a NaN) and bfloat16 (computed in float32) do not.  The NCCL is
+   RUCCL_NCCL_LIBRARY's, else one found by the loader. */
 TEST(Cuda, OnePeerThroughNccl) {
   REQUIRE_GPU();
   ASSERT_NE(ruccl_nccl(nullptr), nullptr) << "no usable NCCL: " << ruccl_nccl_unavailable_reason();
-  uint64_t staged = ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE);
+  uint64_t same = ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE);
   setenv("RUCCL_PATH", "nccl", 1);
   ruccl_config_t cfg = MakeConfig(1);
   ruccl_comm_t *comm = nullptr;
@@ -314,7 +315,8 @@ TEST(Cuda, OnePeerThroughNccl) {
     cudaMemcpy(out.data(), dout.p, bytes, cudaMemcpyDeviceToHost);
     EXPECT_EQ("", CompareElems(RUCCL_FLOAT32, out, ExpectedReduce(RUCCL_FLOAT32, op, {0}, count))) << OpName(op);
   }
-  EXPECT_EQ(3u, ruccl_testing_path_count(RUCCL_PATH_NCCL) - nccl);
+  EXPECT_EQ(2u, ruccl_testing_path_count(RUCCL_PATH_NCCL) - nccl) << "SUM and MEAN through NCCL";
+  EXPECT_EQ(1u, ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE) - same) << "MAX on the device by ruccl";
   // bfloat16 sums in float32: NCCL cannot carry that; the same-device path does
   size_t count = 513, bytes = count * 2;
   Bytes in = FillInput(RUCCL_BFLOAT16, RUCCL_SUM, 0, count), out(bytes);
@@ -327,7 +329,7 @@ TEST(Cuda, OnePeerThroughNccl) {
   EXPECT_EQ(RUCCL_OK, ruccl_all_reduce(comm, &t, &t, RUCCL_SUM)) << ruccl_last_error();
   cudaMemcpy(out.data(), din.p, bytes, cudaMemcpyDeviceToHost);
   EXPECT_EQ("", CompareElems(RUCCL_BFLOAT16, out, ExpectedReduce(RUCCL_BFLOAT16, RUCCL_SUM, {0}, count)));
-  EXPECT_EQ(1u, ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE) - staged);
+  EXPECT_EQ(2u, ruccl_testing_path_count(RUCCL_PATH_SAME_DEVICE) - same) << "MAX, then bfloat16 SUM";
   unsetenv("RUCCL_PATH");
   EXPECT_EQ(RUCCL_OK, ruccl_finish(comm));
 }
