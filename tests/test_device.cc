@@ -13,6 +13,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "device_cases.h"
 
@@ -128,21 +129,53 @@ TEST(DeviceReference, HandPickedValues) {
 /* The CUDA kernel's element code and dtype dispatch, compiled by nvcc and run on the
    host: what a machine without a GPU can check of the kernel (test_cuda.cc runs it
    on a GPU). */
+/* The reduction r over copies of its buffers that start one element past a 16-byte
+   boundary (a buffer both read and written stays one buffer), copied back after. */
+void ReduceMisalignedOnHost(ruccl_device_reduce_t *r) {
+  const size_t es = ruccl_dtype_size(r->dtype), bytes = r->count * es;
+  std::map<void *, std::vector<unsigned char>> copies;
+  auto moved = [&](void *p) {
+    auto it = copies.find(p);
+    if (it == copies.end()) {
+      it = copies.emplace(p, std::vector<unsigned char>(bytes + 16 + es)).first;
+      unsigned char *base = it->second.data();
+      base += (16 - (reinterpret_cast<uintptr_t>(base) & 15)) & 15;
+      std::memcpy(base + es, p, bytes);
+    }
+    unsigned char *base = it->second.data();
+    return static_cast<void *>(base + ((16 - (reinterpret_cast<uintptr_t>(base) & 15)) & 15) + es);
+  };
+  ruccl_device_reduce_t m = *r;
+  for (unsigned k = 0; k < m.nsrc; k++) m.srcs[k] = moved(const_cast<void *>(m.srcs[k]));
+  for (unsigned d = 0; d < m.ndst; d++) m.dsts[d] = moved(m.dsts[d]);
+  ruccl_cuda_reduce_on_host(&m);
+  for (unsigned d = 0; d < r->ndst; d++) std::memcpy(r->dsts[d], m.dsts[d], bytes);
+}
+
+/* The packed code (every buffer 16-byte aligned: 16 bytes at a time, then the tail
+   element by element) and the element code (a buffer off that alignment), over 61
+   elements: whole packs and a tail for every dtype. */
 TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
   const size_t count = 61;
   std::vector<ReduceCase> cases = AllReduceCases();
   int failures = 0;
-  for (size_t c = 0; c < cases.size() && failures < 10; c++) {
-    const ReduceCase &k = cases[c];
-    CaseRun run = RunCase(k, count, c, [](ruccl_device_reduce_t *r) {
-      ruccl_cuda_reduce_on_host(r);
-      return RUCCL_OK;
-    });
-    for (unsigned d = 0; d < k.ndst; d++) {
-      std::string diff = ReductionDiff(k.dt, run.got[d], run.want[d], ArithmeticNaNs(k));
-      if (!diff.empty()) {
-        ADD_FAILURE() << CaseName(k) << ", destination " << d << ": " << diff;
-        failures++;
+  for (bool misaligned : {false, true}) {
+    for (size_t c = 0; c < cases.size() && failures < 10; c++) {
+      const ReduceCase &k = cases[c];
+      CaseRun run = RunCase(k, count, c, [misaligned](ruccl_device_reduce_t *r) {
+        if (misaligned)
+          ReduceMisalignedOnHost(r);
+        else
+          ruccl_cuda_reduce_on_host(r);
+        return RUCCL_OK;
+      });
+      for (unsigned d = 0; d < k.ndst; d++) {
+        std::string diff = ReductionDiff(k.dt, run.got[d], run.want[d], ArithmeticNaNs(k));
+        if (!diff.empty()) {
+          ADD_FAILURE() << CaseName(k) << (misaligned ? " (misaligned)" : " (aligned)") << ", destination " << d
+                        << ": " << diff;
+          failures++;
+        }
       }
     }
   }
