@@ -99,7 +99,8 @@ static void sleep_ns(int64_t ns) {
 static ruccl_result_t cuda_stream_wait_on(ruccl_device_t dev, void *stream, int64_t deadline_ns) {
   ruccl_result_t rc = use(dev);
   if (rc != RUCCL_OK) return rc;
-  int64_t spin_until = ruccl_now_ns() + RUCCL_SPIN_NS, nap = WAIT_SLEEP_MIN_NS;
+  const int64_t began = ruccl_now_ns(), spin_until = began + RUCCL_SPIN_NS;
+  int64_t nap = WAIT_SLEEP_MIN_NS;
   for (;;) {
     cudaError_t err = cudaStreamQuery((cudaStream_t)stream);
     if (err == cudaSuccess) return RUCCL_OK;
@@ -108,9 +109,14 @@ static ruccl_result_t cuda_stream_wait_on(ruccl_device_t dev, void *stream, int6
     if (deadline_ns && now >= deadline_ns)
       return ruccl_fail(RUCCL_ERR_TIMEOUT, "cuda:%d: the stream's work did not finish in time", dev.index);
     if (now < spin_until) continue;
+    /* Naps double up to WAIT_SLEEP_MAX_NS but stay under a sixteenth of the time
+       waited so far, so that a wait ends at most about 6% after the work did (a
+       256 MB reduction of 550 us was seen 150 us late with plain doubling). */
+    int64_t most = (now - began) / 16;
+    if (nap > most) nap = most > WAIT_SLEEP_MIN_NS ? most : WAIT_SLEEP_MIN_NS;
     if (deadline_ns && nap > deadline_ns - now) nap = deadline_ns - now;
     sleep_ns(nap);
-    if (nap < WAIT_SLEEP_MAX_NS) nap *= 2;
+    if (nap < WAIT_SLEEP_MAX_NS) nap = nap * 2 < WAIT_SLEEP_MAX_NS ? nap * 2 : WAIT_SLEEP_MAX_NS;
   }
 }
 
