@@ -47,9 +47,9 @@ done
 export PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=$JOBS MAX_JOBS=$JOBS RUCCL_CUDA_ARCHS=90 OMP_NUM_THREADS=1
 
-# What the build needs that a GPU image may lack, brought along in $DEPS (copied from a
-# Debian machine: OpenSSL's headers in openssl/include, GoogleTest's source in googletest;
-# nothing of it is used where the machine has its own):
+# What the build needs that a GPU image may lack, brought along in $DEPS (filled on a
+# Debian machine by tests/gpu/gather_deps.sh: OpenSSL's headers in openssl/include,
+# GoogleTest's source in googletest; nothing of it is used where the machine has its own):
 #   - libcrypto's headers: taken from $DEPS, linked against the machine's libcrypto.so.3
 #     (through a libcrypto.so link in $DEPS/openssl/lib); CPATH and LIBRARY_PATH reach
 #     setup.py's compiler, OPENSSL_ROOT_DIR CMake's FindOpenSSL;
