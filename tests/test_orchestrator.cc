@@ -229,4 +229,145 @@ TEST(Orchestrator, UnreachableOrchestratorTimesOut) {
   EXPECT_LT(ruccl_now_ns() - t0, 3000LL * 1000000);
 }
 
+// A table larger than one control frame: RUCCL_WIRE_MAX_NODES nodes of 1 to 5 local
+// peers, in chunks of at most a control frame, decoded back field for field.
+TEST(TableWire, ChunksCarryAnyTableSize) {
+  const uint32_t n = RUCCL_WIRE_MAX_NODES;
+  std::vector<ruccl_join_t> nodes(n);
+  for (uint32_t i = 0; i < n; i++) {
+    std::vector<uint32_t> ids;
+    for (uint32_t k = 0; k <= i % 5; k++) ids.push_back(i * 8 + k);
+    nodes[i] = make_join("big", n, ids, 1000 + i);
+  }
+  ruccl_table_t t = {n, nodes.data()};
+  ruccl_table_t back{};
+  uint32_t filled = 0, chunks = 0;
+  for (uint32_t first = 0; first < n; chunks++) {
+    size_t len = 0;
+    uint32_t next = 0;
+    unsigned char *wire = ruccl_table_encode_chunk(&t, first, RUCCL_WIRE_MAX_CONTROL, &next, &len);
+    ASSERT_NE(nullptr, wire);
+    ASSERT_LE(len, (size_t)RUCCL_WIRE_MAX_CONTROL);
+    ASSERT_GT(next, first);
+    ASSERT_EQ(RUCCL_OK, ruccl_table_decode_chunk(wire, len, &back, &filled)) << ruccl_last_error();
+    free(wire);
+    EXPECT_EQ(next, filled);
+    first = next;
+  }
+  EXPECT_GT(chunks, 20u);  // about 370 bytes a node: some 175 nodes a chunk
+  ASSERT_EQ(n, back.num_nodes);
+  for (uint32_t i = 0; i < n; i++) {
+    ASSERT_EQ(1000 + i, back.nodes[i].data_port) << i;
+    ASSERT_EQ(i % 5 + 1, back.nodes[i].num_local) << i;
+    ASSERT_EQ(i * 8 + i % 5, back.nodes[i].peer_ids[i % 5]) << i;
+    ASSERT_STREQ("big", back.nodes[i].group);
+  }
+  ruccl_table_free(&back);
+}
+
+// A node of RUCCL_WIRE_MAX_LOCAL peers fills a chunk alone; a chunk too small for one
+// node is no chunk.
+TEST(TableWire, OneLargeNodeFitsAChunkAndTooSmallAChunkIsRefused) {
+  std::vector<uint32_t> ids(RUCCL_WIRE_MAX_LOCAL);
+  for (uint32_t k = 0; k < ids.size(); k++) ids[k] = k;
+  std::vector<ruccl_join_t> nodes = {make_join("wide", 2, ids, 1), make_join("wide", 2, {5000}, 2)};
+  ruccl_table_t t = {2, nodes.data()};
+  size_t len = 0;
+  uint32_t next = 0;
+  unsigned char *wire = ruccl_table_encode_chunk(&t, 0, RUCCL_WIRE_MAX_CONTROL, &next, &len);
+  ASSERT_NE(nullptr, wire);
+  EXPECT_EQ(2u, next);  // both fit one frame
+  free(wire);
+  EXPECT_EQ(nullptr, ruccl_table_encode_chunk(&t, 0, 100, &next, &len));
+  wire = ruccl_table_encode_chunk(&t, 0, 4 * RUCCL_WIRE_MAX_LOCAL + 400, &next, &len);
+  ASSERT_NE(nullptr, wire);
+  EXPECT_EQ(1u, next);  // the wide node alone
+  free(wire);
+}
+
+// Chunks out of order, for another table size, truncated, padded or empty are
+// PROTOCOL errors that free what was decoded so far.
+TEST(TableWire, BadChunksAreProtocolErrors) {
+  std::vector<ruccl_join_t> nodes;
+  for (uint32_t i = 0; i < 4; i++) nodes.push_back(make_join("bad", 4, {i}, 100 + i));
+  ruccl_table_t t = {4, nodes.data()};
+  auto chunk = [&](uint32_t first, size_t nodes_in_it) {
+    size_t len = 0;
+    uint32_t next = 0;
+    size_t one = 0;
+    unsigned char *probe = ruccl_table_encode_chunk(&t, 0, RUCCL_WIRE_MAX_CONTROL, &next, &one);
+    free(probe);
+    one = (one - RUCCL_TABLE_CHUNK_HEAD) / 4;  // bytes per node here
+    unsigned char *w = ruccl_table_encode_chunk(&t, first, RUCCL_TABLE_CHUNK_HEAD + nodes_in_it * one, &next, &len);
+    EXPECT_NE(nullptr, w);
+    EXPECT_EQ(first + nodes_in_it, next);
+    return std::vector<unsigned char>(w, w + len);
+  };
+  auto decode = [](std::vector<unsigned char> b, ruccl_table_t *into, uint32_t *filled) {
+    return ruccl_table_decode_chunk(b.data(), b.size(), into, filled);
+  };
+  std::vector<unsigned char> c0 = chunk(0, 2), c2 = chunk(2, 2);
+  {
+    ruccl_table_t back{};
+    uint32_t filled = 0;
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, decode(c2, &back, &filled));  // does not start at 0
+    EXPECT_EQ(nullptr, back.nodes);
+  }
+  {
+    ruccl_table_t back{};
+    uint32_t filled = 0;
+    ASSERT_EQ(RUCCL_OK, decode(c0, &back, &filled));
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, decode(c0, &back, &filled));  // the same chunk again
+    EXPECT_EQ(nullptr, back.nodes);
+  }
+  {
+    ruccl_table_t back{};
+    uint32_t filled = 0;
+    ASSERT_EQ(RUCCL_OK, decode(c0, &back, &filled));
+    std::vector<unsigned char> other = c2;
+    other[3] = 5;  // num_nodes 5
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, decode(other, &back, &filled));
+    EXPECT_EQ(nullptr, back.nodes);
+  }
+  for (auto bad : {std::vector<unsigned char>(c0.begin(), c0.end() - 1), c0, std::vector<unsigned char>(c0.begin(), c0.begin() + 8)}) {
+    if (bad.size() == c0.size()) bad.push_back(0);  // one byte too many
+    ruccl_table_t back{};
+    uint32_t filled = 0;
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, decode(bad, &back, &filled)) << bad.size();
+    EXPECT_EQ(nullptr, back.nodes);
+  }
+  std::vector<unsigned char> empty = c0;
+  empty.resize(RUCCL_TABLE_CHUNK_HEAD);
+  empty[11] = 0;  // count 0
+  ruccl_table_t back{};
+  uint32_t filled = 0;
+  EXPECT_EQ(RUCCL_ERR_PROTOCOL, decode(empty, &back, &filled));
+}
+
+// 600 nodes meet at one orchestrator at once: their table (some 220 KB) reaches every
+// one of them whole, in chunks (as one frame, no node could take it), and none of
+// them is lost in a full accept queue (a backlog of 128 left some 80 of 500 timing
+// out).
+TEST(Orchestrator, SixHundredNodesGetTheWholeTable) {
+  Orchestrator orch;
+  const uint32_t n = 600;
+  std::vector<JoinResult> results(n);
+  std::vector<std::thread> threads;
+  for (uint32_t i = 0; i < n; i++)
+    threads.emplace_back([&, i] { results[i] = join(orch.address(), make_join("crowd", n, {n - 1 - i}, 2000 + i), kSecret, 60000); });
+  for (auto &t : threads) t.join();
+  for (uint32_t i = 0; i < n; i++) {
+    JoinResult &r = results[i];
+    ASSERT_EQ(RUCCL_OK, r.rc) << "node " << i << ": " << r.error;
+    ASSERT_EQ(n, r.table.num_nodes);
+    for (uint32_t k = 0; k < n; k++) {
+      // sorted by peer id: peer k is node n - 1 - k's, whose port is 2000 + n - 1 - k
+      ASSERT_EQ(k, r.table.nodes[k].peer_ids[0]) << "node " << i;
+      ASSERT_EQ(2000 + n - 1 - k, r.table.nodes[k].data_port) << "node " << i;
+    }
+    ruccl_table_free(&r.table);
+    ruccl_bootstrap_leave(r.fd);
+  }
+}
+
 }  // namespace

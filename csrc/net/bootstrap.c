@@ -39,13 +39,19 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
   free(wire);
   unsigned char *buf = rc == RUCCL_OK ? malloc(RUCCL_WIRE_MAX_CONTROL) : NULL;
   if (rc == RUCCL_OK && !buf) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "TABLE buffer");
-  if (rc == RUCCL_OK) {
+  /* An ERROR, or the TABLE in chunks (ruccl_table_decode_chunk) until it is whole. */
+  memset(table, 0, sizeof *table);
+  uint32_t filled = 0;
+  while (rc == RUCCL_OK && (!table->nodes || filled < table->num_nodes)) {
     uint16_t type = 0;
     uint32_t n = 0;
     rc = ruccl_frame_recv(fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &n, deadline_ns);
-    if (rc == RUCCL_ERR_TIMEOUT)
+    if (rc == RUCCL_ERR_TIMEOUT && table->nodes)
+      rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "the orchestrator sent %u of %u nodes' addresses before the timeout", filled,
+                      table->num_nodes);
+    else if (rc == RUCCL_ERR_TIMEOUT)
       rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "not every node of group '%s' joined before the timeout", me->group);
-    if (rc == RUCCL_OK && type == RUCCL_FRAME_ERROR && n == sizeof(ruccl_error_wire_t)) {
+    if (rc == RUCCL_OK && type == RUCCL_FRAME_ERROR && n == sizeof(ruccl_error_wire_t) && !table->nodes) {
       ruccl_error_wire_t e;
       memcpy(&e, buf, sizeof e);
       e.message[sizeof e.message - 1] = 0;
@@ -53,15 +59,16 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
       if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PROTOCOL;
       rc = ruccl_fail((ruccl_result_t)code, "orchestrator: %s", e.message);
     } else if (rc == RUCCL_OK && type == RUCCL_FRAME_TABLE) {
-      rc = ruccl_table_decode(buf, n, table);
+      rc = ruccl_table_decode_chunk(buf, n, table, &filled);
     } else if (rc == RUCCL_OK) {
       rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator answered with frame type %u", type);
     }
   }
+  if (rc != RUCCL_OK) ruccl_table_free(table);
   free(buf);
   if (rc == RUCCL_OK && table->num_nodes != me->num_nodes) {
-    ruccl_table_free(table);
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator listed %u nodes, %u expected", table->num_nodes, me->num_nodes);
+    ruccl_table_free(table);
   }
   if (rc != RUCCL_OK) {
     close(fd);

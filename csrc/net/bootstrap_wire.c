@@ -97,30 +97,46 @@ ruccl_result_t ruccl_join_decode(const unsigned char *buf, size_t len, ruccl_joi
   return RUCCL_OK;
 }
 
-unsigned char *ruccl_table_encode(const ruccl_table_t *t, size_t *len) {
-  writer_t w = {.cap = 4};
-  for (uint32_t i = 0; i < t->num_nodes; i++) w.cap += join_size(&t->nodes[i]);
+unsigned char *ruccl_table_encode_chunk(const ruccl_table_t *t, uint32_t first, size_t max_len, uint32_t *next,
+                                        size_t *len) {
+  writer_t w = {.cap = RUCCL_TABLE_CHUNK_HEAD};
+  uint32_t end = first;
+  while (end < t->num_nodes && w.cap + join_size(&t->nodes[end]) <= max_len) w.cap += join_size(&t->nodes[end++]);
+  if (end == first) return NULL;
   w.p = malloc(w.cap);
   if (!w.p) return NULL;
   put_u32(&w, t->num_nodes);
-  for (uint32_t i = 0; i < t->num_nodes; i++) put_join(&w, &t->nodes[i]);
+  put_u32(&w, first);
+  put_u32(&w, end - first);
+  for (uint32_t i = first; i < end; i++) put_join(&w, &t->nodes[i]);
+  *next = end;
   *len = w.len;
   return w.p;
 }
 
-ruccl_result_t ruccl_table_decode(const unsigned char *buf, size_t len, ruccl_table_t *t) {
+ruccl_result_t ruccl_table_decode_chunk(const unsigned char *buf, size_t len, ruccl_table_t *t, uint32_t *filled) {
   reader_t r = {.p = buf, .len = len};
-  t->num_nodes = get_u32(&r);
-  t->nodes = NULL;
-  if (r.bad || t->num_nodes == 0 || t->num_nodes > RUCCL_WIRE_MAX_NODES)
-    return ruccl_fail(RUCCL_ERR_PROTOCOL, "malformed TABLE header");
-  t->nodes = calloc(t->num_nodes, sizeof *t->nodes);
-  if (!t->nodes) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "table of %u nodes", t->num_nodes);
-  for (uint32_t i = 0; i < t->num_nodes && !r.bad; i++) get_join(&r, &t->nodes[i]);
-  if (r.bad || r.off != len) {
-    ruccl_table_free(t);
-    return ruccl_fail(RUCCL_ERR_PROTOCOL, "malformed TABLE of %zu bytes", len);
+  uint32_t num_nodes = get_u32(&r), first = get_u32(&r), count = get_u32(&r);
+  const char *why = NULL;
+  if (r.bad)
+    why = "a TABLE chunk without its header";
+  else if (num_nodes == 0 || num_nodes > RUCCL_WIRE_MAX_NODES || (t->nodes && num_nodes != t->num_nodes))
+    why = "a TABLE chunk for another number of nodes";
+  else if (first != (t->nodes ? *filled : 0) || count == 0 || count > num_nodes - first)
+    why = "a TABLE chunk out of order";
+  if (!why && !t->nodes) {
+    t->nodes = calloc(num_nodes, sizeof *t->nodes);
+    if (!t->nodes) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "table of %u nodes", num_nodes);
+    t->num_nodes = num_nodes;
+    *filled = 0;
   }
+  for (uint32_t i = first; !why && i < first + count && !r.bad; i++) get_join(&r, &t->nodes[i]);
+  if (!why && (r.bad || r.off != len)) why = "a malformed TABLE chunk";
+  if (why) {
+    ruccl_table_free(t);
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "%s (%zu bytes)", why, len);
+  }
+  *filled = first + count;
   return RUCCL_OK;
 }
 

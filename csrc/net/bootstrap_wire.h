@@ -10,7 +10,8 @@
 
 #define RUCCL_DIGEST_BYTES 32
 #define RUCCL_WIRE_MAX_LOCAL 1024 /* local peers one node may announce */
-#define RUCCL_WIRE_MAX_NODES 256  /* nodes in one table (fits a control frame with a few peers each) */
+#define RUCCL_WIRE_MAX_NODES 4096 /* nodes in one table: RUCCL_MAX_NODES (a TABLE goes in chunks) */
+#define RUCCL_TABLE_CHUNK_HEAD 12  /* num_nodes, first, count */
 
 typedef struct {
   char group[RUCCL_MAX_GROUP_NAME];
@@ -35,8 +36,18 @@ typedef struct {
 /* Encodings are heap buffers (free them); decoders validate every field. */
 unsigned char *ruccl_join_encode(const ruccl_join_t *j, size_t *len);
 ruccl_result_t ruccl_join_decode(const unsigned char *buf, size_t len, ruccl_join_t *j);
-unsigned char *ruccl_table_encode(const ruccl_table_t *t, size_t *len);
-ruccl_result_t ruccl_table_decode(const unsigned char *buf, size_t len, ruccl_table_t *t);
+/* A TABLE travels as chunks, each one frame of at most max_len bytes: the table's
+   num_nodes, the index of its first node, how many nodes it holds, then their JOINs.
+   ruccl_table_encode_chunk encodes nodes from `first` on, as many as fit (at least
+   one: NULL where one does not fit, or out of memory), and says where the next chunk
+   starts (t->num_nodes after the last).  ruccl_table_decode_chunk takes the chunks
+   in order into t (zeroed before the first: it allocates t->nodes), counting the
+   nodes filled in *filled; the table is whole when *filled == t->num_nodes.  A chunk
+   out of order, of another size of table, or malformed is RUCCL_ERR_PROTOCOL (t is
+   freed). */
+unsigned char *ruccl_table_encode_chunk(const ruccl_table_t *t, uint32_t first, size_t max_len, uint32_t *next,
+                                        size_t *len);
+ruccl_result_t ruccl_table_decode_chunk(const unsigned char *buf, size_t len, ruccl_table_t *t, uint32_t *filled);
 void ruccl_table_free(ruccl_table_t *t);
 
 #endif

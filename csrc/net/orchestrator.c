@@ -41,6 +41,7 @@ struct conn {
   conn_t *next_in_session;
   ruccl_join_t join;
   pthread_t thread;
+  int cut; /* a chunk of the table could not go to it */
 };
 
 struct session {
@@ -120,14 +121,25 @@ static void start_session(session_t *s) {
   ruccl_table_t table = {.num_nodes = s->joined, .nodes = calloc(s->joined, sizeof(ruccl_join_t))};
   unsigned k = 0;
   for (conn_t *c = s->nodes; c && table.nodes; c = c->next_in_session) table.nodes[k++] = c->join;
-  size_t len = 0;
-  unsigned char *wire = table.nodes ? ruccl_table_encode(&table, &len) : NULL;
+  /* The table in chunks of at most a control frame each, every chunk to every node in
+     turn; a node that cannot take one is cut off (it fails its join). */
+  int ok = table.nodes != NULL;
+  int64_t deadline = ruccl_now_ns() + 5000000000LL;
+  for (uint32_t first = 0; ok && first < table.num_nodes;) {
+    size_t len = 0;
+    uint32_t next = first;
+    unsigned char *wire = ruccl_table_encode_chunk(&table, first, RUCCL_WIRE_MAX_CONTROL, &next, &len);
+    ok = wire != NULL;
+    for (conn_t *c = s->nodes; ok && c; c = c->next_in_session)
+      if (!c->cut && ruccl_frame_send(c->fd, RUCCL_FRAME_TABLE, wire, (uint32_t)len, deadline) != RUCCL_OK) {
+        shutdown(c->fd, SHUT_RDWR);
+        c->cut = 1;
+      }
+    free(wire);
+    first = next;
+  }
+  for (conn_t *c = s->nodes; !ok && c; c = c->next_in_session) shutdown(c->fd, SHUT_RDWR);
   ruccl_table_free(&table);
-  for (conn_t *c = s->nodes; c; c = c->next_in_session)
-    if (!wire || ruccl_frame_send(c->fd, RUCCL_FRAME_TABLE, wire, (uint32_t)len, ruccl_now_ns() + 5000000000LL) !=
-                     RUCCL_OK)
-      shutdown(c->fd, SHUT_RDWR);
-  free(wire);
   s->started = 1;
 }
 

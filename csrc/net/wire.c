@@ -68,7 +68,8 @@ ruccl_result_t ruccl_tcp_listen(const char *host, int port, int *fd_out, int *bo
   if (fd < 0) return ruccl_fail(RUCCL_ERR_IO, "socket: %s", strerror(errno));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 128) != 0) {
+  /* the whole queue the system allows: a thousand nodes may connect at once */
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 4096) != 0) { /* the kernel caps it at net.core.somaxconn */
     int e = errno;
     close(fd);
     return ruccl_fail(RUCCL_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(e));
