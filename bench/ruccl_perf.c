@@ -14,13 +14,17 @@
  * Peers are -n threads of one process (the in-process transport); with -N P > 1,
  * P processes of -n peers each form a multi-node session on 127.0.0.1 through an
  * orchestrator this program starts, and the same run measures a raw single-stream
- * loopback TCP throughput as the reference for the network.  busbw follows
+ * loopback TCP throughput as the reference for the network, and prints the processes'
+ * registration times, resident memory and sockets (median and largest, "# scale:").  busbw follows
  * nccl-tests: all_reduce x 2(n-1)/n, all_gather and reduce_scatter x (n-1)/n,
  * broadcast and reduce x 1; "size" is the bytes of one peer's full buffer. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +41,16 @@
 typedef enum { C_ALL_REDUCE, C_BROADCAST, C_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER } coll_t;
 static const char *const coll_names[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"};
 
+/* What one process of a multi-process run reports (in memory shared with the parent):
+   its first peer's registration time, and after the warm-up its resident memory and
+   how many sockets it holds. */
+typedef struct {
+  double register_s;
+  long rss_kb;
+  int sockets;
+  int reported;
+} node_stats_t;
+
 typedef struct {
   coll_t coll;
   unsigned peers; /* per process */
@@ -48,11 +62,14 @@ typedef struct {
   ruccl_strategy_t strategy;
   int warmup, iters;
   int cuda; /* -d cuda: the buffers are on GPU 0 */
+  int warm_barriers; /* barriers before anything is timed (200; fewer at scale) */
+  node_stats_t *stats; /* [nodes], shared with the parent: multi-process runs */
 } options_t;
 
 typedef struct {
   const options_t *opt;
   uint32_t id;
+  node_stats_t *stats; /* this process's, filled by its first peer; NULL: not asked */
   ruccl_config_t config;
   double *times; /* [size index][in_place]: seconds per iteration, written by peer 0 */
   long *wrong;   /* [size index][in_place], summed over peers */
@@ -96,6 +113,9 @@ static int parse(int argc, char **argv, options_t *o) {
     } else return -1;
   }
   o->total = o->peers * o->nodes;
+  /* 200 barriers warm a small session; a session of hundreds of processes on a few
+     cores takes tens of milliseconds a barrier: 10 there */
+  o->warm_barriers = o->nodes > 64 ? 10 : 200;
   if (o->peers < 1 || o->nodes < 1 || o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->factor < 2 || o->iters < 1) return -1;
   return 0;
 }
@@ -217,24 +237,51 @@ static long count_wrong(const options_t *o, uint32_t id, int in_place, const flo
   return wrong;
 }
 
+/* This process's resident memory (VmRSS, KiB) and the sockets among its open files. */
+static void process_usage(long *rss_kb, int *sockets) {
+  *rss_kb = -1;
+  *sockets = 0;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmRSS:", 6) == 0) *rss_kb = strtol(line + 6, NULL, 10);
+  if (f) fclose(f);
+  DIR *d = opendir("/proc/self/fd");
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    char path[300], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n > 0 && (target[n] = 0, strncmp(target, "socket:", 7) == 0)) (*sockets)++;
+  }
+  if (d) closedir(d);
+}
+
 static void *peer_main(void *arg) {
   peer_t *p = arg;
   const options_t *o = p->opt;
   ruccl_comm_t *comm;
+  double t_register = now_s();
   if (ruccl_register(p->id, (ruccl_device_t){device_kind, 0}, &p->config, &comm) != RUCCL_OK) {
     fprintf(stderr, "peer %u: register: %s\n", p->id, ruccl_last_error());
     p->failed = 1;
     return NULL;
   }
+  t_register = now_s() - t_register;
   /* Warm up the session (connections, caches, the other processes' start-up)
      before anything is timed. */
-  for (int w = 0; w < 200; w++)
+  for (int w = 0; w < o->warm_barriers; w++)
     if (ruccl_barrier(comm) != RUCCL_OK) {
       fprintf(stderr, "peer %u: warm-up: %s\n", p->id, ruccl_last_error());
       p->failed = 1;
       ruccl_finish(comm);
       return NULL;
     }
+  if (p->stats) {
+    p->stats->register_s = t_register;
+    process_usage(&p->stats->rss_kb, &p->stats->sockets);
+    p->stats->reported = 1;
+  }
   size_t max_count = full_count(o, o->max_bytes), max_bytes = max_count * sizeof(float) + 64;
   /* host_in/host_out: filled and checked on the host; in/out: where the collective runs */
   float *host_in = malloc(max_bytes), *host_out = malloc(max_bytes);
@@ -352,7 +399,13 @@ static int run_node(options_t *o, const char *orchestrator) {
   peer_t *peers = calloc(o->peers, sizeof *peers);
   pthread_t *threads = calloc(o->peers, sizeof *threads);
   for (unsigned i = 0; i < o->peers; i++) {
-    peers[i] = (peer_t){.opt = o, .id = o->node * o->peers + i, .config = cfg, .times = times, .wrong = wrong, .mu = &mu};
+    peers[i] = (peer_t){.opt = o,
+                        .id = o->node * o->peers + i,
+                        .stats = o->stats && i == 0 ? &o->stats[o->node] : NULL,
+                        .config = cfg,
+                        .times = times,
+                        .wrong = wrong,
+                        .mu = &mu};
     pthread_create(&threads[i], NULL, peer_main, &peers[i]);
   }
   int failed = 0;
@@ -420,6 +473,28 @@ static int run_node(options_t *o, const char *orchestrator) {
   free(peers);
   free(threads);
   return failed || total_wrong ? 1 : 0;
+}
+
+static int by_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The processes' registration times, memory and sockets: median and largest. */
+static void print_scale(const options_t *o) {
+  double *reg = calloc(o->nodes, sizeof *reg), *rss = calloc(o->nodes, sizeof *rss),
+         *sock = calloc(o->nodes, sizeof *sock);
+  unsigned n = 0;
+  for (unsigned k = 0; reg && rss && sock && k < o->nodes; k++)
+    if (o->stats[k].reported)
+      reg[n] = o->stats[k].register_s, rss[n] = o->stats[k].rss_kb / 1024.0, sock[n] = o->stats[k].sockets, n++;
+  if (n) {
+    qsort(reg, n, sizeof *reg, by_double), qsort(rss, n, sizeof *rss, by_double), qsort(sock, n, sizeof *sock, by_double);
+    printf("# scale: %u of %u processes reported: registration %.2f s median, %.2f s longest; resident memory %.1f MB "
+           "median, %.1f MB largest; sockets %.0f median, %.0f most\n",
+           n, o->nodes, reg[n / 2], reg[n - 1], rss[n / 2], rss[n - 1], sock[n / 2], sock[n - 1]);
+  }
+  free(reg), free(rss), free(sock);
 }
 
 /* A raw single-stream loopback TCP throughput: one child process writes, we read. */
@@ -510,6 +585,9 @@ int main(int argc, char **argv) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   fflush(stdout);
+  o.stats = mmap(NULL, o.nodes * sizeof *o.stats, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (o.stats == MAP_FAILED) return 1;
+  memset(o.stats, 0, o.nodes * sizeof *o.stats);
   pid_t *kids = calloc(o.nodes, sizeof *kids);
   for (unsigned k = 0; k < o.nodes; k++) {
     kids[k] = fork();
@@ -529,6 +607,7 @@ int main(int argc, char **argv) {
   }
   close(stop_pipe[1]);
   waitpid(orch_pid, NULL, 0);
+  print_scale(&o);
   printf("# raw loopback TCP, one stream (%zu B writes): %.2f GB/s\n", o.max_bytes, socket_throughput(o.max_bytes));
   free(kids);
   return failed;

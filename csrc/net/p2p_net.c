@@ -54,6 +54,10 @@ struct ruccl_p2p_net {
      predecessor (heard: when a byte of its stream last came; quiet: it finished or
      its stream ended, nothing more to watch). */
   int64_t liveness_ns; /* 0: off */
+  /* Until the predecessor's first byte (heard still at watch_from) it may still be
+     setting up (in a large session the last node connects long after the first is
+     ready): it is given the session's timeout then, the liveness timeout after. */
+  int64_t watch_from, setup_grace_ns;
   unsigned succ, pred;
   atomic_llong *heard;
   atomic_int pred_quiet;
@@ -471,8 +475,11 @@ static void *beater_main(void *arg) {
     int64_t now = ruccl_now_ns();
     beat(p, now + period);
     now = ruccl_now_ns();
-    int64_t silent = now - atomic_load_explicit(&p->heard[p->pred], memory_order_relaxed);
-    if (silent > p->liveness_ns && !atomic_load(&p->pred_quiet) && !atomic_load(&p->beat_stop) &&
+    const int64_t heard = atomic_load_explicit(&p->heard[p->pred], memory_order_relaxed);
+    const int64_t silent = now - heard;
+    const int64_t limit = heard == p->watch_from && p->setup_grace_ns > p->liveness_ns ? p->setup_grace_ns
+                                                                                        : p->liveness_ns;
+    if (silent > limit && !atomic_load(&p->pred_quiet) && !atomic_load(&p->beat_stop) &&
         ruccl_net_session_state(p->net) == RUCCL_OK) {
       atomic_store(&p->pred_quiet, 1);
       ruccl_log(1, "node %u: node %u sent nothing for %lld ms", p->me, p->pred, (long long)(silent / 1000000));
@@ -494,7 +501,9 @@ void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   p->liveness_ns = timeout_ms * 1000000;
   p->succ = (p->me + 1) % p->num_nodes;
   p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
-  atomic_store(&p->heard[p->pred], ruccl_now_ns());
+  p->watch_from = ruccl_now_ns();
+  p->setup_grace_ns = net->timeout_ms * 1000000;
+  atomic_store(&p->heard[p->pred], p->watch_from);
   p->beater_running = pthread_create(&p->beater, NULL, beater_main, p) == 0;
   if (!p->beater_running) ruccl_log(1, "node %u: no liveness thread: a frozen peer is found by the timeout only", p->me);
 }
