@@ -584,6 +584,12 @@ class NetnsHosts {
     if (system(cmd.c_str()) != 0) { /* nothing left to remove */ }
   }
   bool ok() const { return ok_; }
+  // Cuts host k off: its link to the bridge goes down, and nothing passes either way
+  // (no FIN, no RST: its connections are left half open).
+  bool cut(int k) const {
+    std::string cmd = "ip link set rv" + tag_ + "x" + std::to_string(k) + " down 2>/dev/null";
+    return system(cmd.c_str()) == 0;
+  }
   std::string name(int k) const { return "ruccl-" + tag_ + "-" + std::to_string(k); }
   std::string address(int k) const { return subnet_ + std::to_string(k + 2); }
   std::string host_address() const { return subnet_ + "1"; }
@@ -619,6 +625,30 @@ TEST(MultiNode, NodesInSeparateNetworkNamespaces) {
         << "node 1 must reach node 0 at its own namespace's address: " << text.substr(0, 2000);
     if (!getenv("KEEP_LOGS")) for (const auto &l : logs) unlink(l.c_str());
   }
+}
+
+// A node that joined and then was cut off (its host gone without a FIN) does not hold
+// its group at the orchestrator: its half-open connection is found by keepalive and
+// leaves the session, so that two new nodes of the same group meet as if it never
+// came (before, the first of them joined the dead node's session and the second was
+// refused: "already has a running session").
+TEST(MultiNode, HalfOpenNodeDoesNotHoldItsGroup) {
+  if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
+  NetnsHosts hosts(1);
+  if (!hosts.ok()) GTEST_SKIP() << "this machine cannot create network namespaces and veth links (ip netns add)";
+  Orchestrator orch(hosts.host_address());
+  std::string log = "/tmp/ruccl-test-halfopen-" + std::to_string(getpid()) + ".log";
+  pid_t lost = spawn_node({orch.address(), "2", "halfopen", "0", "all"}, kSecret, "tcp", log, hosts.name(0),
+                          hosts.address(0));
+  usleep(1500000);  // it has joined, and waits for a second node that is not coming
+  ASSERT_TRUE(hosts.cut(0));
+  sleep(14);  // keepalive: 5 s idle, then 3 probes 2 s apart
+  std::vector<pid_t> pids = {spawn_node({orch.address(), "2", "halfopen", "0", "all"}),
+                             spawn_node({orch.address(), "2", "halfopen", "1", "all"})};
+  EXPECT_EQ(std::vector<int>({0, 0}), wait_all(pids, 90)) << "the cut-off node still held group 'halfopen'";
+  kill(lost, SIGKILL);
+  wait_all({lost}, 10);
+  if (!getenv("KEEP_LOGS")) unlink(log.c_str());
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
  * every node has left (LEAVE or closed), the group's session is over and the name
  * can start a new one.  Strangers, wrong secrets and malformed frames are dropped
  * without touching any session.  One thread per connection: sessions are few and
- * short-lived, and a blocked stranger cannot stall anyone else. */
+ * short-lived, and a blocked stranger cannot stall anyone else.  A node's host that
+ * dies or is cut off sends no FIN: TCP keepalive (KEEPALIVE_*) finds the half-open
+ * connection within some 11 s, and the node leaves its session like one that closed,
+ * so that it holds no group name. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -19,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +33,10 @@
 #include "wire.h"
 
 #define HANDSHAKE_TIMEOUT_NS (10LL * 1000000000)
+/* keepalive probes after 5 s of silence, every 2 s, 3 unanswered: the peer is gone */
+#define KEEPALIVE_IDLE_S 5
+#define KEEPALIVE_INTERVAL_S 2
+#define KEEPALIVE_PROBES 3
 #define SESSION_IDLE_NS (24LL * 3600 * 1000000000) /* a joined node may wait this long */
 
 typedef struct conn conn_t;
@@ -270,6 +279,13 @@ static void *accept_loop(void *arg) {
     }
     c->fd = fd;
     c->orch = o;
+    int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0)
+      ruccl_log(1, "orchestrator: no TCP keepalive on a connection (%s): a host that vanishes holds its group",
+                strerror(errno));
     pthread_mutex_lock(&o->mu);
     c->next = o->conns;
     o->conns = c;
