@@ -47,5 +47,5 @@ echo "ruccl-perf, 8 B all_reduce, one peer per process, $(nproc) cores ($(date -
 echo "| processes | between them | registration s (median / longest) | resident MB per process (median / largest) | sockets per process (median / most) | tree µs | ring µs |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
-rm -rf "$log"
+if [ "$failed" -ne 0 ]; then echo "scale.sh: the runs' output is in $log"; else rm -rf "$log"; fi
 exit "$failed"

@@ -33,6 +33,9 @@
 #define CROWDED_SPIN_NS 3000 /* on a host with more processes than cores */
 #define SHM_SLEEP_NS 20000000   /* a sleep on a doorbell looks at the session at least this often */
 #define STRANGER_TIMEOUT_NS (2LL * 1000000000)
+/* A connection's handshake during set-up: a session of a thousand processes on a few
+   cores can keep an expected node from answering for seconds (2 s refused some) */
+#define SETUP_HANDSHAKE_NS (15LL * 1000000000)
 #define RUCCL_FRAME_NODE 20
 #define RUCCL_FRAME_SHM 21     /* lower node -> higher: a segment to use, or none */
 #define RUCCL_FRAME_SHM_ACK 22 /* higher -> lower: opened it, or not */
@@ -126,7 +129,7 @@ static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigne
     int fd;
     ruccl_result_t rc = ruccl_tcp_accept(net->listen_fd, deadline_ns, &fd);
     if (rc != RUCCL_OK) return rc;
-    int64_t hs_deadline = ruccl_now_ns() + STRANGER_TIMEOUT_NS;
+    int64_t hs_deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS;
     if (hs_deadline > deadline_ns) hs_deadline = deadline_ns;
     union {
       node_hello_t node;
