@@ -16,6 +16,7 @@ ruccl_config_t ruccl_config_default(void) {
   c.global_strategy.arity = 2;
   c.num_nodes = 1;
   c.timeout_ms = RUCCL_DEFAULT_TIMEOUT_MS;
+  c.liveness_timeout_ms = -1; /* unset: RUCCL_LIVENESS_TIMEOUT_MS, else the default */
   strcpy(c.group_name, RUCCL_DEFAULT_GROUP_NAME);
   return c;
 }
@@ -104,6 +105,15 @@ ruccl_result_t ruccl_config_set_timeout_ms(ruccl_config_t *c, int64_t ms) {
   NEED_CONFIG(c);
   if (ms <= 0) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "timeout must be > 0 ms, got %lld", (long long)ms);
   c->timeout_ms = ms;
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_config_set_liveness_timeout_ms(ruccl_config_t *c, int64_t ms) {
+  NEED_CONFIG(c);
+  if (ms < 0)
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "liveness timeout must be >= 0 ms (0: no watch), got %lld",
+                      (long long)ms);
+  c->liveness_timeout_ms = ms;
   return RUCCL_OK;
 }
 

@@ -137,6 +137,7 @@ typedef struct ruccl_config {
   size_t secret_len;
   char group_name[RUCCL_MAX_GROUP_NAME];
   ruccl_store_t store; /* set: the rendezvous goes through it, not global_address */
+  int64_t liveness_timeout_ms; /* multi-node: a silent node is lost after this; 0 off, < 0 unset */
 } ruccl_config_t;
 
 typedef struct ruccl_comm ruccl_comm_t; /* opaque: the explicitly owned rank communicator */
@@ -144,8 +145,9 @@ typedef struct ruccl_comm ruccl_comm_t; /* opaque: the explicitly owned rank com
 #define RUCCL_DEFAULT_TIMEOUT_MS 300000
 /* A node of a multi-node session that sends nothing for this long (not even the
    heartbeats its own thread sends every quarter of it) is lost: every survivor's
-   calls fail with RUCCL_ERR_PEER_LOST.  RUCCL_LIVENESS_TIMEOUT_MS overrides it; 0
-   turns the watch off. */
+   calls fail with RUCCL_ERR_PEER_LOST.  ruccl_config_set_liveness_timeout_ms sets
+   it; unset, RUCCL_LIVENESS_TIMEOUT_MS does, else this default.  0 turns the watch
+   off. */
 #define RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS 30000
 #define RUCCL_DEFAULT_GROUP_NAME "default"
 
@@ -158,6 +160,7 @@ ruccl_result_t ruccl_config_set_global_address(ruccl_config_t *, const char *hos
 ruccl_result_t ruccl_config_set_node_address(ruccl_config_t *, const char *host); /* this node, as peers reach it */
 ruccl_result_t ruccl_config_set_data_service_port(ruccl_config_t *, unsigned port); /* 0 = any free port */
 ruccl_result_t ruccl_config_set_timeout_ms(ruccl_config_t *, int64_t ms);
+ruccl_result_t ruccl_config_set_liveness_timeout_ms(ruccl_config_t *, int64_t ms); /* >= 0; 0: no watch */
 ruccl_result_t ruccl_config_set_secret(ruccl_config_t *, const void *key, size_t len); /* authenticates every connection */
 ruccl_result_t ruccl_config_set_group_name(ruccl_config_t *, const char *name); /* independent groups in one process */
 /* Rendezvous through a key-value store instead of an orchestrator: stands in for

@@ -41,6 +41,8 @@
  *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
  *             long compute phase), then another all-reduce and a barrier: all must
  *             work (no liveness false alarm)
+ * RUCCL_TEST_LIVENESS_API_MS sets the liveness timeout with
+ * ruccl_config_set_liveness_timeout_ms.
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
  * seam the PyTorch backend uses with torch's store) instead of an orchestrator.
  * The secret comes from RUCCL_SECRET. */
@@ -691,6 +693,12 @@ int main(int argc, char **argv) {
       ruccl_config_set_data_service_port(&cfg, argc > 7 ? (unsigned)atoi(argv[7]) : 0) || ruccl_config_set_group_name(&cfg, argv[3]) ||
       ruccl_config_set_secret(&cfg, secret, strlen(secret)) || ruccl_config_set_local_strategy(&cfg, s) ||
       ruccl_config_set_global_strategy(&cfg, s) || ruccl_config_set_timeout_ms(&cfg, 20000)) {
+    fprintf(stderr, "config: %s\n", ruccl_last_error());
+    return 2;
+  }
+  /* RUCCL_TEST_LIVENESS_API_MS: the liveness timeout through the configuration */
+  if (getenv("RUCCL_TEST_LIVENESS_API_MS") &&
+      ruccl_config_set_liveness_timeout_ms(&cfg, atoll(getenv("RUCCL_TEST_LIVENESS_API_MS"))) != RUCCL_OK) {
     fprintf(stderr, "config: %s\n", ruccl_last_error());
     return 2;
   }

@@ -20,6 +20,7 @@ TEST(Config, DefaultValues) {
   EXPECT_STREQ("default", c.group_name);
   EXPECT_STREQ(RUCCL_DEFAULT_GROUP_NAME, c.group_name);
   EXPECT_EQ(0u, c.secret_len);
+  EXPECT_LT(c.liveness_timeout_ms, 0) << "unset: the environment's, else the default";
 }
 
 TEST(Config, DefaultIsAPlainValue) {
@@ -41,6 +42,10 @@ TEST(Config, SettersStoreWhatTheyAreGiven) {
   EXPECT_EQ(RUCCL_STRATEGY_RING, c.global_strategy.kind);
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_timeout_ms(&c, 1234));
   EXPECT_EQ(1234, c.timeout_ms);
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_liveness_timeout_ms(&c, 4321));
+  EXPECT_EQ(4321, c.liveness_timeout_ms);
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_liveness_timeout_ms(&c, 0));
+  EXPECT_EQ(0, c.liveness_timeout_ms) << "0: no watch";
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_group_name(&c, "my-group"));
   EXPECT_STREQ("my-group", c.group_name);
   const char key[] = "s3cr3t\0with-nul";
@@ -100,6 +105,7 @@ TEST(Config, EverySetterRejectsANullConfig) {
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_node_address(nullptr, "127.0.0.1"));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_data_service_port(nullptr, 1));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_timeout_ms(nullptr, 10));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_liveness_timeout_ms(nullptr, 10));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_secret(nullptr, "k", 1));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_group_name(nullptr, "g"));
 }
@@ -127,6 +133,12 @@ TEST_F(ConfigRejects, NonPositiveTimeout) {
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_timeout_ms(&cfg_, 0));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_timeout_ms(&cfg_, -1));
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_timeout_ms(&cfg_, INT64_MIN));
+  ExpectUnchanged();
+}
+
+TEST_F(ConfigRejects, NegativeLivenessTimeout) {
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_liveness_timeout_ms(&cfg_, -1));
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_config_set_liveness_timeout_ms(&cfg_, INT64_MIN));
   ExpectUnchanged();
 }
 

@@ -309,6 +309,20 @@ TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
   EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
 }
 
+// The liveness timeout set through the configuration wins over the environment: with
+// RUCCL_LIVENESS_TIMEOUT_MS=0 (no watch) and ruccl_config_set_liveness_timeout_ms(1500),
+// a frozen node is PEER_LOST for every survivor, as above.
+TEST_P(Transports, LivenessTimeoutFromTheConfigurationWinsOverTheEnvironment) {
+  ScopedEnv off("RUCCL_LIVENESS_TIMEOUT_MS", "0");
+  ScopedEnv api("RUCCL_TEST_LIVENESS_API_MS", "1500");
+  SignalledSession r = signal_mid_all_reduce("freezeapi", SIGSTOP, GetParam());
+  ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
+  EXPECT_EQ(std::vector<int>({3, 3}), r.codes)
+      << "survivor nodes must end with RUCCL_ERR_PEER_LOST\n"
+      << r.text.substr(r.text.size() > 3000 ? r.text.size() - 3000 : 0);
+  EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+}
+
 // No false alarm: nodes that make no call for 4 s (a compute phase), 8 liveness
 // timeouts of 500 ms, go on as before; their own threads kept beating.
 TEST_P(Transports, NodesQuietForManyLivenessTimeoutsGoOn) {

@@ -94,9 +94,10 @@ static void node_silent(void *ctx, unsigned node, int64_t ms) {
   ruccl_group_break(ctx, RUCCL_ERR_PEER_LOST);
 }
 
-/* RUCCL_LIVENESS_TIMEOUT_MS: how long a silent node may stay silent; 0 turns the
-   watch off. */
-static int64_t liveness_timeout_ms(void) {
+/* How long a silent node may stay silent (0: no watch): the configuration's, else
+   RUCCL_LIVENESS_TIMEOUT_MS, else the default. */
+static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
+  if (cfg->liveness_timeout_ms >= 0) return cfg->liveness_timeout_ms;
   const char *e = getenv("RUCCL_LIVENESS_TIMEOUT_MS");
   if (!e || !*e) return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
   char *end = NULL;
@@ -166,7 +167,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     free(net);
     return rc;
   }
-  ruccl_p2p_net_start_liveness(net, liveness_timeout_ms());
+  ruccl_p2p_net_start_liveness(net, liveness_timeout_ms(cfg));
   *out = net; /* the registry publishes it, under its lock */
   ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
             g->n_total);
