@@ -163,10 +163,15 @@ TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
     for (size_t c = 0; c < cases.size() && failures < 10; c++) {
       const ReduceCase &k = cases[c];
       CaseRun run = RunCase(k, count, c, [misaligned](ruccl_device_reduce_t *r) {
-        if (misaligned)
+        if (misaligned) {
           ReduceMisalignedOnHost(r);
-        else
+        } else {
+          uintptr_t bits = 0;  // the packed code runs only where every buffer is 16-byte aligned
+          for (unsigned k = 0; k < r->nsrc; k++) bits |= reinterpret_cast<uintptr_t>(r->srcs[k]);
+          for (unsigned d = 0; d < r->ndst; d++) bits |= reinterpret_cast<uintptr_t>(r->dsts[d]);
+          EXPECT_EQ(0u, bits & 15) << "the aligned run's buffers are not 16-byte aligned";
           ruccl_cuda_reduce_on_host(r);
+        }
         return RUCCL_OK;
       });
       for (unsigned d = 0; d < k.ndst; d++) {

@@ -323,6 +323,27 @@ TEST_P(Transports, LivenessTimeoutFromTheConfigurationWinsOverTheEnvironment) {
   EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
 }
 
+// Nodes must agree on the liveness timeout (one that does not watch does not beat, and
+// a watching successor would take its silence for a loss): a node with its own is a
+// configuration mismatch for every node, at registration.
+TEST(MultiNode, NodesWithDifferentLivenessTimeoutsAreAConfigurationMismatch) {
+  Orchestrator orch;
+  std::string logs[2] = {"/tmp/ruccl-test-livemis-" + std::to_string(getpid()) + "-0.log",
+                         "/tmp/ruccl-test-livemis-" + std::to_string(getpid()) + "-1.log"};
+  pid_t a, b;
+  {
+    ScopedEnv api("RUCCL_TEST_LIVENESS_API_MS", "0");
+    a = spawn_node({orch.address(), "2", "livemis", "0", "all"}, kSecret, "", logs[0]);
+  }
+  b = spawn_node({orch.address(), "2", "livemis", "1", "all"}, kSecret, "", logs[1]);
+  EXPECT_EQ(std::vector<int>({1, 1}), wait_all({a, b}));
+  for (const auto &l : logs) {
+    std::string text = read_file(l);
+    EXPECT_NE(std::string::npos, text.find("register: RUCCL_ERR_CONFIG_MISMATCH")) << text.substr(0, 2000);
+    if (!getenv("KEEP_LOGS")) unlink(l.c_str());
+  }
+}
+
 // No false alarm: nodes that make no call for 4 s (a compute phase), 8 liveness
 // timeouts of 500 ms, go on as before; their own threads kept beating.
 TEST_P(Transports, NodesQuietForManyLivenessTimeoutsGoOn) {
@@ -654,7 +675,14 @@ TEST(MultiNode, HalfOpenNodeDoesNotHoldItsGroup) {
   std::string log = "/tmp/ruccl-test-halfopen-" + std::to_string(getpid()) + ".log";
   pid_t lost = spawn_node({orch.address(), "2", "halfopen", "0", "all"}, kSecret, "tcp", log, hosts.name(0),
                           hosts.address(0));
-  usleep(1500000);  // it has joined, and waits for a second node that is not coming
+  // it has joined, and waits for a second node that is not coming
+  std::string text;
+  for (int i = 0; i < 200 && text.find("joined group 'halfopen'") == std::string::npos; i++) {
+    usleep(50000);
+    text = read_file(log);
+  }
+  ASSERT_NE(std::string::npos, text.find("joined group 'halfopen'")) << "the node never joined: " << text;
+  usleep(200000);  // its JOIN is in; the orchestrator admits it
   ASSERT_TRUE(hosts.cut(0));
   sleep(14);  // keepalive: 5 s idle, then 3 probes 2 s apart
   std::vector<pid_t> pids = {spawn_node({orch.address(), "2", "halfopen", "0", "all"}),

@@ -37,6 +37,9 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
   if (rc == RUCCL_OK && !wire) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
   if (rc == RUCCL_OK) rc = ruccl_frame_send(fd, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
   free(wire);
+  if (rc == RUCCL_OK)
+    ruccl_log(2, "joined group '%s' at the orchestrator %s: waiting for its %u nodes", me->group, host_port,
+              me->num_nodes);
   unsigned char *buf = rc == RUCCL_OK ? malloc(RUCCL_WIRE_MAX_CONTROL) : NULL;
   if (rc == RUCCL_OK && !buf) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "TABLE buffer");
   /* An ERROR, or the TABLE in chunks (ruccl_table_decode_chunk) until it is whole. */

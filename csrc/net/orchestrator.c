@@ -133,8 +133,8 @@ static void start_session(session_t *s) {
   /* The table in chunks of at most a control frame each, every chunk to every node in
      turn; a node that cannot take one is cut off (it fails its join). */
   int ok = table.nodes != NULL;
-  int64_t deadline = ruccl_now_ns() + 5000000000LL;
   for (uint32_t first = 0; ok && first < table.num_nodes;) {
+    int64_t deadline = ruccl_now_ns() + 5000000000LL; /* each chunk's round: a table grows with the nodes */
     size_t len = 0;
     uint32_t next = first;
     unsigned char *wire = ruccl_table_encode_chunk(&table, first, RUCCL_WIRE_MAX_CONTROL, &next, &len);
@@ -279,11 +279,14 @@ static void *accept_loop(void *arg) {
     }
     c->fd = fd;
     c->orch = o;
-    int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES;
+    /* the same bound while data waits unacknowledged (keepalive does not probe then) */
+    int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES,
+        unacked_ms = (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES) * 1000;
     if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof unacked_ms) != 0)
       ruccl_log(1, "orchestrator: no TCP keepalive on a connection (%s): a host that vanishes holds its group",
                 strerror(errno));
     pthread_mutex_lock(&o->mu);

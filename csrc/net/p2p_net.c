@@ -495,15 +495,21 @@ static void *beater_main(void *arg) {
   return NULL;
 }
 
+/* ms in ns, at most a quarter of INT64_MAX (room for a clock reading plus it). */
+static int64_t ms_to_ns(int64_t ms) { return ms > INT64_MAX / 4 / 1000000 ? INT64_MAX / 4 : ms * 1000000; }
+
 void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p || p->num_nodes < 2 || timeout_ms <= 0) return;
-  p->liveness_ns = timeout_ms * 1000000;
+  p->liveness_ns = ms_to_ns(timeout_ms);
   p->succ = (p->me + 1) % p->num_nodes;
   p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
+  p->setup_grace_ns = ms_to_ns(net->timeout_ms);
+  /* A byte from the predecessor may have come already (its stream opened early):
+     then the liveness timeout applies from that byte on, with no grace. */
+  long long never = 0;
   p->watch_from = ruccl_now_ns();
-  p->setup_grace_ns = net->timeout_ms * 1000000;
-  atomic_store(&p->heard[p->pred], p->watch_from);
+  if (!atomic_compare_exchange_strong(&p->heard[p->pred], &never, p->watch_from)) p->watch_from = -1;
   p->beater_running = pthread_create(&p->beater, NULL, beater_main, p) == 0;
   if (!p->beater_running) ruccl_log(1, "node %u: no liveness thread: a frozen peer is found by the timeout only", p->me);
 }

@@ -17,14 +17,36 @@
 #include "p2p_net.h"
 #include "transport_tcp.h"
 
-/* What every node must agree on, hashed (the secret is proven by the handshake). */
+/* How long a silent node may stay silent (0: no watch): the configuration's, else
+   RUCCL_LIVENESS_TIMEOUT_MS, else the default. */
+static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
+  if (cfg->liveness_timeout_ms >= 0) return cfg->liveness_timeout_ms;
+  const char *e = getenv("RUCCL_LIVENESS_TIMEOUT_MS");
+  if (!e || !*e) return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
+  char *end = NULL;
+  long long v = strtoll(e, &end, 10);
+  if (*end || v < 0) {
+    ruccl_log(1, "RUCCL_LIVENESS_TIMEOUT_MS=%s is not a number of milliseconds: using %d", e,
+              RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS);
+    return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
+  }
+  return v;
+}
+
+/* What every node must agree on, hashed (the secret is proven by the handshake).
+   The liveness timeout too: a node that does not watch does not beat either, and a
+   watching successor would take its silence for a loss. */
 static void config_digest(const ruccl_config_t *c, unsigned char out[RUCCL_DIGEST_BYTES]) {
   uint32_t fields[6] = {c->num_devices, (uint32_t)c->local_strategy.kind, c->local_strategy.arity,
                         (uint32_t)c->global_strategy.kind, c->global_strategy.arity, c->num_nodes};
+  unsigned char liveness[8];
+  uint64_t ms = (uint64_t)liveness_timeout_ms(c);
+  for (int i = 0; i < 8; i++) liveness[i] = (unsigned char)(ms >> (8 * i)); /* little-endian on the wire */
   unsigned int len = RUCCL_DIGEST_BYTES;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
   EVP_DigestUpdate(ctx, fields, sizeof fields);
+  EVP_DigestUpdate(ctx, liveness, sizeof liveness);
   EVP_DigestUpdate(ctx, c->group_name, strlen(c->group_name));
   EVP_DigestFinal_ex(ctx, out, &len);
   EVP_MD_CTX_free(ctx);
@@ -92,22 +114,6 @@ static void node_silent(void *ctx, unsigned node, int64_t ms) {
   ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u sent nothing for %lld ms, more than the liveness timeout "
              "(RUCCL_LIVENESS_TIMEOUT_MS): frozen, cut off or gone", node, (long long)ms);
   ruccl_group_break(ctx, RUCCL_ERR_PEER_LOST);
-}
-
-/* How long a silent node may stay silent (0: no watch): the configuration's, else
-   RUCCL_LIVENESS_TIMEOUT_MS, else the default. */
-static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
-  if (cfg->liveness_timeout_ms >= 0) return cfg->liveness_timeout_ms;
-  const char *e = getenv("RUCCL_LIVENESS_TIMEOUT_MS");
-  if (!e || !*e) return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
-  char *end = NULL;
-  long long v = strtoll(e, &end, 10);
-  if (*end || v < 0) {
-    ruccl_log(1, "RUCCL_LIVENESS_TIMEOUT_MS=%s is not a number of milliseconds: using %d", e,
-              RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS);
-    return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
-  }
-  return v;
 }
 
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
