@@ -217,6 +217,28 @@ TEST(Orchestrator, MissingNodesTimeOut) {
   EXPECT_LT(ruccl_now_ns() - t0, 3000LL * 1000000);
 }
 
+// A node that gave up waiting (closed its connection) leaves the pending session: the
+// next two nodes of the group meet without it.
+TEST(Orchestrator, ANodeThatGaveUpIsNotInTheNextTable) {
+  Orchestrator orch;
+  JoinResult early = join(orch.address(), make_join("gaveup", 2, {7}, 1000), kSecret, 300);
+  ASSERT_EQ(RUCCL_ERR_TIMEOUT, early.rc) << early.error;
+  usleep(100000);  // its connection's end reaches the orchestrator
+  JoinResult a, b;
+  std::thread ta([&] { a = join(orch.address(), make_join("gaveup", 2, {1}, 2001)); });
+  std::thread tb([&] { b = join(orch.address(), make_join("gaveup", 2, {2}, 2002)); });
+  ta.join();
+  tb.join();
+  for (JoinResult *r : {&a, &b}) {
+    ASSERT_EQ(RUCCL_OK, r->rc) << r->error;
+    ASSERT_EQ(2u, r->table.num_nodes);
+    EXPECT_EQ(2001u, r->table.nodes[0].data_port);
+    EXPECT_EQ(2002u, r->table.nodes[1].data_port);
+    ruccl_table_free(&r->table);
+    ruccl_bootstrap_leave(r->fd);
+  }
+}
+
 TEST(Orchestrator, UnreachableOrchestratorTimesOut) {
   int port;
   {

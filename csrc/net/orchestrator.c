@@ -8,7 +8,8 @@
  * every node has left (LEAVE or closed), the group's session is over and the name
  * can start a new one.  Strangers, wrong secrets and malformed frames are dropped
  * without touching any session.  One thread per connection: sessions are few and
- * short-lived, and a blocked stranger cannot stall anyone else.  A node's host that
+ * short-lived, and a blocked stranger cannot stall anyone else; each node's thread
+ * also sends that node its table, so that a slow reader holds up no one else.  A node's host that
  * dies or is cut off sends no FIN: TCP keepalive (KEEPALIVE_*) finds the half-open
  * connection within some 11 s, and the node leaves its session like one that closed,
  * so that it holds no group name. */
@@ -24,6 +25,7 @@
 #include <time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,6 +35,7 @@
 #include "wire.h"
 
 #define HANDSHAKE_TIMEOUT_NS (10LL * 1000000000)
+#define TABLE_CHUNK_TIMEOUT_NS (10LL * 1000000000) /* one chunk of the table to one node */
 /* keepalive probes after 5 s of silence, every 2 s, 3 unanswered: the peer is gone */
 #define KEEPALIVE_IDLE_S 5
 #define KEEPALIVE_INTERVAL_S 2
@@ -50,7 +53,7 @@ struct conn {
   conn_t *next_in_session;
   ruccl_join_t join;
   pthread_t thread;
-  int cut; /* a chunk of the table could not go to it */
+  int wake; /* eventfd: its session's table is ready */
 };
 
 struct session {
@@ -58,7 +61,10 @@ struct session {
   uint32_t num_nodes;
   unsigned char digest[RUCCL_DIGEST_BYTES];
   unsigned joined;
-  int started; /* the table went out */
+  int started; /* the table is ready: each node's thread sends it */
+  unsigned char **chunks; /* the TABLE's frames (NULL: it could not be encoded) */
+  size_t *chunk_lens;
+  uint32_t num_chunks;
   conn_t *nodes;
   session_t *next;
 };
@@ -93,6 +99,9 @@ static void drop_session(ruccl_orchestrator_t *o, session_t *s) {
       break;
     }
   for (conn_t *c = s->nodes; c; c = c->next_in_session) c->session = NULL;
+  for (uint32_t k = 0; s->chunks && k < s->num_chunks; k++) free(s->chunks[k]);
+  free(s->chunks);
+  free(s->chunk_lens);
   free(s);
 }
 
@@ -126,30 +135,66 @@ static void fail_session(ruccl_orchestrator_t *o, session_t *s, ruccl_result_t c
   drop_session(o, s);
 }
 
+/* Encodes the table in chunks of at most a control frame and wakes the session's
+   nodes' threads, each of which sends it to its node (send_table): no node waits for
+   another to read, and the lock is not held while the bytes go out. */
 static void start_session(session_t *s) {
   ruccl_table_t table = {.num_nodes = s->joined, .nodes = calloc(s->joined, sizeof(ruccl_join_t))};
   unsigned k = 0;
   for (conn_t *c = s->nodes; c && table.nodes; c = c->next_in_session) table.nodes[k++] = c->join;
-  /* The table in chunks of at most a control frame each, every chunk to every node in
-     turn; a node that cannot take one is cut off (it fails its join). */
-  int ok = table.nodes != NULL;
+  uint32_t cap = table.num_nodes; /* at least one node a chunk */
+  s->chunks = table.nodes ? calloc(cap, sizeof *s->chunks) : NULL;
+  s->chunk_lens = table.nodes ? calloc(cap, sizeof *s->chunk_lens) : NULL;
+  int ok = s->chunks && s->chunk_lens;
   for (uint32_t first = 0; ok && first < table.num_nodes;) {
-    int64_t deadline = ruccl_now_ns() + 5000000000LL; /* each chunk's round: a table grows with the nodes */
-    size_t len = 0;
     uint32_t next = first;
-    unsigned char *wire = ruccl_table_encode_chunk(&table, first, RUCCL_WIRE_MAX_CONTROL, &next, &len);
+    unsigned char *wire = ruccl_table_encode_chunk(&table, first, RUCCL_WIRE_MAX_CONTROL, &next,
+                                                   &s->chunk_lens[s->num_chunks]);
     ok = wire != NULL;
-    for (conn_t *c = s->nodes; ok && c; c = c->next_in_session)
-      if (!c->cut && ruccl_frame_send(c->fd, RUCCL_FRAME_TABLE, wire, (uint32_t)len, deadline) != RUCCL_OK) {
-        shutdown(c->fd, SHUT_RDWR);
-        c->cut = 1;
-      }
-    free(wire);
+    if (ok) s->chunks[s->num_chunks++] = wire;
     first = next;
   }
-  for (conn_t *c = s->nodes; !ok && c; c = c->next_in_session) shutdown(c->fd, SHUT_RDWR);
+  if (!ok) { /* out of memory: no node gets a table; each is cut off (it fails its join) */
+    for (uint32_t i = 0; s->chunks && i < s->num_chunks; i++) free(s->chunks[i]);
+    free(s->chunks);
+    s->chunks = NULL;
+    s->num_chunks = 0;
+  }
   ruccl_table_free(&table);
   s->started = 1;
+  uint64_t one = 1;
+  for (conn_t *c = s->nodes; c; c = c->next_in_session)
+    if (write(c->wake, &one, sizeof one) != sizeof one) { /* an eventfd counter does not fill */
+    }
+}
+
+/* This node's thread, once it has joined: waits for its session's table (or for the
+   node to go: a node that gives up closes its connection, and must leave the pending
+   session), then sends it, each chunk with its own deadline.  Returns whether the
+   node has its table. */
+static int send_table(ruccl_orchestrator_t *o, conn_t *c) {
+  for (;;) {
+    pthread_mutex_lock(&o->mu);
+    session_t *s = c->session;
+    int started = s && s->started, gone = !s || o->stopping;
+    unsigned char **chunks = started ? s->chunks : NULL;
+    size_t *lens = started ? s->chunk_lens : NULL;
+    uint32_t n = started ? s->num_chunks : 0;
+    pthread_mutex_unlock(&o->mu);
+    if (gone) return 0;
+    if (started) {
+      /* the chunks stay until the session is dropped, which waits for this node */
+      if (!chunks) return 0;
+      for (uint32_t k = 0; k < n; k++)
+        if (ruccl_frame_send(c->fd, RUCCL_FRAME_TABLE, chunks[k], (uint32_t)lens[k],
+                             ruccl_now_ns() + TABLE_CHUNK_TIMEOUT_NS) != RUCCL_OK)
+          return 0;
+      return 1;
+    }
+    struct pollfd pf[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->wake, .events = POLLIN}};
+    if (poll(pf, 2, -1) < 0 && errno != EINTR) return 0;
+    if (pf[0].revents) return 0; /* the node spoke (or went) before its table: it left */
+  }
 }
 
 /* A node's JOIN: returns RUCCL_OK when it was added (the table may have gone out). */
@@ -239,6 +284,7 @@ static void *serve(void *arg) {
     pthread_mutex_unlock(&o->mu);
     if (rc != RUCCL_OK) send_error_frame(c->fd, rc, why);
   }
+  if (rc == RUCCL_OK && !send_table(o, c)) shutdown(c->fd, SHUT_RDWR);
   if (rc == RUCCL_OK) {
     /* The session runs; we only wait for this node to leave (LEAVE, close, or stop). */
     uint16_t type = 0;
@@ -260,6 +306,7 @@ static void *serve(void *arg) {
       break;
     }
   close(c->fd);
+  close(c->wake);
   free(c);
   o->live--;
   pthread_cond_broadcast(&o->idle);
@@ -279,6 +326,12 @@ static void *accept_loop(void *arg) {
     }
     c->fd = fd;
     c->orch = o;
+    c->wake = eventfd(0, EFD_CLOEXEC);
+    if (c->wake < 0) {
+      close(fd);
+      free(c);
+      continue;
+    }
     /* the same bound while data waits unacknowledged (keepalive does not probe then) */
     int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES,
         unacked_ms = (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES) * 1000;
@@ -300,6 +353,7 @@ static void *accept_loop(void *arg) {
       o->conns = c->next;
       o->live--;
       close(fd);
+      close(c->wake);
       free(c);
     }
     pthread_attr_destroy(&attr);
