@@ -292,13 +292,10 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
-// Liveness: a node frozen (SIGSTOP) in the middle of all-reduces is PEER_LOST for
-// every survivor after the liveness timeout (1.5 s here), not TIMEOUT after the
-// collectives' own 20 s: its successor notices the silence, and the abort notices
-// carry the code to the node that does not watch it.
-TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
-  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
-  SignalledSession r = signal_mid_all_reduce("freeze", SIGSTOP, GetParam());
+// Node 1 of 3 frozen mid all-reduce: every surviving peer ends with PEER_LOST, and
+// node 2, its successor, names the silent node.
+void expect_frozen_node_lost(const std::string &group, const std::string &transport) {
+  SignalledSession r = signal_mid_all_reduce(group, SIGSTOP, transport);
   ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
   EXPECT_EQ(std::vector<int>({3, 3}), r.codes)
       << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
@@ -309,18 +306,22 @@ TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
   EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
 }
 
+// Liveness: a node frozen (SIGSTOP) in the middle of all-reduces is PEER_LOST for
+// every survivor after the liveness timeout (1.5 s here), not TIMEOUT after the
+// collectives' own 20 s: its successor notices the silence, and the abort notices
+// carry the code to the node that does not watch it.
+TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
+  expect_frozen_node_lost("freeze", GetParam());
+}
+
 // The liveness timeout set through the configuration wins over the environment: with
 // RUCCL_LIVENESS_TIMEOUT_MS=0 (no watch) and ruccl_config_set_liveness_timeout_ms(1500),
 // a frozen node is PEER_LOST for every survivor, as above.
 TEST_P(Transports, LivenessTimeoutFromTheConfigurationWinsOverTheEnvironment) {
   ScopedEnv off("RUCCL_LIVENESS_TIMEOUT_MS", "0");
   ScopedEnv api("RUCCL_TEST_LIVENESS_API_MS", "1500");
-  SignalledSession r = signal_mid_all_reduce("freezeapi", SIGSTOP, GetParam());
-  ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
-  EXPECT_EQ(std::vector<int>({3, 3}), r.codes)
-      << "survivor nodes must end with RUCCL_ERR_PEER_LOST\n"
-      << r.text.substr(r.text.size() > 3000 ? r.text.size() - 3000 : 0);
-  EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+  expect_frozen_node_lost("freezeapi", GetParam());
 }
 
 // Nodes must agree on the liveness timeout (one that does not watch does not beat, and
