@@ -62,30 +62,34 @@ RUCCL_HD void reduce_elements(const ruccl_device_reduce_t &r, int op, size_t beg
   }
 }
 
-/* Packs begin, begin + stride, ... of 16 bytes (kLanes elements) of r, every buffer
+/* Elements of storage type S in one 16-byte pack. */
+template <typename S>
+constexpr unsigned kLanes = sizeof(uint4) / sizeof(S);
+
+/* Packs begin, begin + stride, ... of 16 bytes (kLanes<S> elements) of r, every buffer
    16-byte aligned: the same arithmetic as reduce_elements, element by element, with
    one 16-byte load per source and one 16-byte store per destination, so that four
    times the bytes are in flight per instruction.  The loop over the sources is
    unrolled by four, so that their loads are issued together. */
 template <typename S, typename C, typename Conv>
 RUCCL_HD void reduce_packs(const ruccl_device_reduce_t &r, int op, size_t begin, size_t stride, size_t npacks) {
-  constexpr unsigned kLanes = sizeof(uint4) / sizeof(S);
+  constexpr unsigned lanes = kLanes<S>;
   for (size_t p = begin; p < npacks; p += stride) {
     union Pack {
       uint4 raw;
-      S e[kLanes];
+      S e[lanes];
     } in, out;
-    C acc[kLanes];
+    C acc[lanes];
     in.raw = ((const uint4 *)r.srcs[0])[p];
-    for (unsigned v = 0; v < kLanes; v++) acc[v] = Conv::load(in.e[v]);
+    for (unsigned v = 0; v < lanes; v++) acc[v] = Conv::load(in.e[v]);
 #ifdef __CUDA_ARCH__ /* the host compiler's pass knows no such pragma */
 #pragma unroll 4
 #endif
     for (unsigned k = 1; k < r.nsrc; k++) {
       in.raw = ((const uint4 *)r.srcs[k])[p];
-      for (unsigned v = 0; v < kLanes; v++) acc[v] = combine(op, acc[v], Conv::load(in.e[v]));
+      for (unsigned v = 0; v < lanes; v++) acc[v] = combine(op, acc[v], Conv::load(in.e[v]));
     }
-    for (unsigned v = 0; v < kLanes; v++) out.e[v] = Conv::store(r.divisor ? divide(acc[v], r.divisor) : acc[v]);
+    for (unsigned v = 0; v < lanes; v++) out.e[v] = Conv::store(r.divisor ? divide(acc[v], r.divisor) : acc[v]);
     for (unsigned d = 0; d < r.ndst; d++) ((uint4 *)r.dsts[d])[p] = out.raw;
   }
 }
@@ -109,11 +113,10 @@ __global__ void reduce_kernel(const __grid_constant__ ruccl_device_reduce_t r, i
    pack) one by one. */
 template <typename S, typename C, typename Conv>
 __global__ void reduce_packed_kernel(const __grid_constant__ ruccl_device_reduce_t r, int op) {
-  constexpr size_t kLanes = sizeof(uint4) / sizeof(S);
-  const size_t npacks = r.count / kLanes, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x,
+  const size_t npacks = r.count / kLanes<S>, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x,
                stride = (size_t)gridDim.x * blockDim.x;
   reduce_packs<S, C, Conv>(r, op, first, stride, npacks);
-  reduce_elements<S, C, Conv>(r, op, npacks * kLanes + first, stride);
+  reduce_elements<S, C, Conv>(r, op, npacks * kLanes<S> + first, stride);
 }
 
 const unsigned kThreads = 256;
@@ -127,7 +130,7 @@ cudaError_t launch(const ruccl_device_reduce_t &r, int op, cudaStream_t stream) 
   /* enough blocks to fill the device several times over, no more than the packs (or
      elements) need */
   const bool packed = aligned16(r);
-  const size_t items = packed ? (r.count + sizeof(uint4) / sizeof(S) - 1) / (sizeof(uint4) / sizeof(S)) : r.count;
+  const size_t items = packed ? (r.count + kLanes<S> - 1) / kLanes<S> : r.count;
   size_t want = (items + kThreads - 1) / kThreads, cap = (size_t)(sms > 0 ? sms : 1) * 8;
   unsigned blocks = (unsigned)(want < cap ? want : cap);
   if (packed)
@@ -196,8 +199,8 @@ extern "C" void ruccl_cuda_reduce_on_host(const ruccl_device_reduce_t *r) {
   dispatch(*r, [&](auto types) {
     using T = decltype(types);
     using S = typename T::storage;
-    const size_t lanes = sizeof(uint4) / sizeof(S), npacks = aligned16(*r) ? r->count / lanes : 0;
+    const size_t npacks = aligned16(*r) ? r->count / kLanes<S> : 0;
     reduce_packs<S, typename T::compute, typename T::conv>(*r, combining_op(*r), 0, 1, npacks);
-    reduce_elements<S, typename T::compute, typename T::conv>(*r, combining_op(*r), npacks * lanes, 1);
+    reduce_elements<S, typename T::compute, typename T::conv>(*r, combining_op(*r), npacks * kLanes<S>, 1);
   });
 }
