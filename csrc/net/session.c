@@ -36,11 +36,11 @@ static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
 /* What every node must agree on, hashed (the secret is proven by the handshake).
    The liveness timeout too: a node that does not watch does not beat either, and a
    watching successor would take its silence for a loss. */
-static void config_digest(const ruccl_config_t *c, unsigned char out[RUCCL_DIGEST_BYTES]) {
+static void config_digest(const ruccl_config_t *c, int64_t liveness_ms, unsigned char out[RUCCL_DIGEST_BYTES]) {
   uint32_t fields[6] = {c->num_devices, (uint32_t)c->local_strategy.kind, c->local_strategy.arity,
                         (uint32_t)c->global_strategy.kind, c->global_strategy.arity, c->num_nodes};
   unsigned char liveness[8];
-  uint64_t ms = (uint64_t)liveness_timeout_ms(c);
+  uint64_t ms = (uint64_t)liveness_ms;
   for (int i = 0; i < 8; i++) liveness[i] = (unsigned char)(ms >> (8 * i)); /* little-endian on the wire */
   unsigned int len = RUCCL_DIGEST_BYTES;
   EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -121,6 +121,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   const ruccl_bootstrap_t *bootstrap =
       ruccl_config_has_store(cfg) ? &ruccl_store_bootstrap : &ruccl_orchestrator_bootstrap;
   int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
+  const int64_t liveness_ms = liveness_timeout_ms(cfg); /* agreed in the digest, then watched */
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
@@ -142,7 +143,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   if (rc == RUCCL_OK) {
     snprintf(me->group, sizeof me->group, "%s", cfg->group_name);
     me->num_nodes = cfg->num_nodes;
-    config_digest(cfg, me->digest);
+    config_digest(cfg, liveness_ms, me->digest);
     snprintf(me->address, sizeof me->address, "%s", cfg->node_address);
     me->data_port = (uint32_t)net->data_port;
     me->num_local = g->n;
@@ -173,7 +174,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     free(net);
     return rc;
   }
-  ruccl_p2p_net_start_liveness(net, liveness_timeout_ms(cfg));
+  ruccl_p2p_net_start_liveness(net, liveness_ms);
   *out = net; /* the registry publishes it, under its lock */
   ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
             g->n_total);
