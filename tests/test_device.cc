@@ -126,35 +126,43 @@ TEST(DeviceReference, HandPickedValues) {
 }
 
 #ifdef RUCCL_HAVE_CUDA
-/* The CUDA kernel's element code and dtype dispatch, compiled by nvcc and run on the
-   host: what a machine without a GPU can check of the kernel (test_cuda.cc runs it
-   on a GPU). */
+/* Whether every buffer of r starts on a 16-byte boundary (where the kernel packs). */
+bool AllAligned16(const ruccl_device_reduce_t &r) {
+  uintptr_t bits = 0;
+  for (unsigned k = 0; k < r.nsrc; k++) bits |= reinterpret_cast<uintptr_t>(r.srcs[k]);
+  for (unsigned d = 0; d < r.ndst; d++) bits |= reinterpret_cast<uintptr_t>(r.dsts[d]);
+  return (bits & 15) == 0;
+}
+
 /* The reduction r over copies of its buffers that start one element past a 16-byte
    boundary (a buffer both read and written stays one buffer), copied back after. */
 void ReduceMisalignedOnHost(ruccl_device_reduce_t *r) {
   const size_t es = ruccl_dtype_size(r->dtype), bytes = r->count * es;
   std::map<void *, std::vector<unsigned char>> copies;
+  std::map<void *, void *> at;  // where each buffer's copy begins
   auto moved = [&](void *p) {
-    auto it = copies.find(p);
-    if (it == copies.end()) {
-      it = copies.emplace(p, std::vector<unsigned char>(bytes + 16 + es)).first;
-      unsigned char *base = it->second.data();
+    if (!at.count(p)) {
+      std::vector<unsigned char> &copy = copies.emplace(p, std::vector<unsigned char>(bytes + 16 + es)).first->second;
+      unsigned char *base = copy.data();
       base += (16 - (reinterpret_cast<uintptr_t>(base) & 15)) & 15;
       std::memcpy(base + es, p, bytes);
+      at[p] = base + es;
     }
-    unsigned char *base = it->second.data();
-    return static_cast<void *>(base + ((16 - (reinterpret_cast<uintptr_t>(base) & 15)) & 15) + es);
+    return at[p];
   };
   ruccl_device_reduce_t m = *r;
   for (unsigned k = 0; k < m.nsrc; k++) m.srcs[k] = moved(const_cast<void *>(m.srcs[k]));
   for (unsigned d = 0; d < m.ndst; d++) m.dsts[d] = moved(m.dsts[d]);
+  EXPECT_FALSE(AllAligned16(m)) << "the misaligned run's buffers are 16-byte aligned";
   ruccl_cuda_reduce_on_host(&m);
   for (unsigned d = 0; d < r->ndst; d++) std::memcpy(r->dsts[d], m.dsts[d], bytes);
 }
 
-/* The packed code (every buffer 16-byte aligned: 16 bytes at a time, then the tail
-   element by element) and the element code (a buffer off that alignment), over 61
-   elements: whole packs and a tail for every dtype. */
+/* The CUDA kernel's element code and dtype dispatch, compiled by nvcc and run on the
+   host: what a machine without a GPU can check of the kernel (test_cuda.cc runs it
+   on a GPU).  The packed code (every buffer 16-byte aligned: 16 bytes at a time, then
+   the tail element by element) and the element code (a buffer off that alignment),
+   over 61 elements: whole packs and a tail for every dtype. */
 TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
   const size_t count = 61;
   std::vector<ReduceCase> cases = AllReduceCases();
@@ -166,10 +174,7 @@ TEST(DeviceCudaKernel, ElementCodeOnTheHostEqualsTheReference) {
         if (misaligned) {
           ReduceMisalignedOnHost(r);
         } else {
-          uintptr_t bits = 0;  // the packed code runs only where every buffer is 16-byte aligned
-          for (unsigned k = 0; k < r->nsrc; k++) bits |= reinterpret_cast<uintptr_t>(r->srcs[k]);
-          for (unsigned d = 0; d < r->ndst; d++) bits |= reinterpret_cast<uintptr_t>(r->dsts[d]);
-          EXPECT_EQ(0u, bits & 15) << "the aligned run's buffers are not 16-byte aligned";
+          EXPECT_TRUE(AllAligned16(*r)) << "the aligned run's buffers are not 16-byte aligned";
           ruccl_cuda_reduce_on_host(r);
         }
         return RUCCL_OK;
