@@ -87,7 +87,7 @@ step() {
     return 1
   fi
   began=$(date +%s)
-  timeout --kill-after=10 "$t" bash -c "set -o pipefail; $(declare -f "$fn" nccl_library); $fn" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$t" bash -c "set -o pipefail; $(declare -f "$fn" nccl_library site_file); $fn" >"$OUT/$name.log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "PASS $(($(date +%s) - began)) s" >"$OUT/$name.status"
@@ -147,12 +147,9 @@ s_core() {
   local args=(-S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DRUCCL_CUDA=ON -DRUCCL_CUDA_ARCHS=90)
   # nccl_api.h checked against the nccl.h of the NCCL the tests load (torch's wheel's),
   # rather than whichever one the system has
-  local inc
-  inc=$("$PY" -c 'import glob, os, site
-dirs = site.getsitepackages() + [site.getusersitepackages()]
-found = [d for s in dirs for d in glob.glob(os.path.join(s, "nvidia", "nccl", "include")) if os.path.isfile(os.path.join(d, "nccl.h"))]
-print(found[0] if found else "")')
-  [ -n "$inc" ] && args+=("-DRUCCL_NCCL_INCLUDE_DIR=$inc")
+  local header
+  header=$(site_file "nvidia/nccl/include/nccl.h")
+  [ -n "$header" ] && args+=("-DRUCCL_NCCL_INCLUDE_DIR=${header%/nccl.h}")
   if [ -f build-gpu/CMakeCache.txt ] && ! grep -q "CMAKE_GENERATOR:INTERNAL=$gen\$" build-gpu/CMakeCache.txt; then
     rm -rf build-gpu
   fi
@@ -182,12 +179,17 @@ s_example() {
 
 # The NCCL that torch's wheel brought (not on the loader's path by itself), for the
 # programs that do not load torch.
-nccl_library() {
-  "$PY" -c 'import glob, os, site
+nccl_library() { site_file "nvidia/nccl/lib/libnccl.so*" "torch/lib/libnccl.so*"; }
+
+# site_file PATTERN...: the first file matching one of the patterns (globs relative to
+# a site-packages directory of $PY), directory by directory, names sorted; else "".
+site_file() {
+  "$PY" - "$@" <<'PYEOF'
+import glob, os, site, sys
 dirs = site.getsitepackages() + [site.getusersitepackages()]
-found = [p for d in dirs for p in sorted(glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*")) +
-                                          glob.glob(os.path.join(d, "torch", "lib", "libnccl.so*")))]
-print(found[0] if found else "")'
+found = [p for d in dirs for p in sorted(sum((glob.glob(os.path.join(d, pat)) for pat in sys.argv[1:]), []))]
+print(found[0] if found else "")
+PYEOF
 }
 
 s_gtest() {
