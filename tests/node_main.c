@@ -38,6 +38,8 @@
  *             varying delay: every peer must end each round with ABORTED
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
+ *   links     "all", printing "sockets-registered N" before and "sockets-after N"
+ *             after it (the process's open sockets; one peer a node)
  *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
  *             long compute phase), then another all-reduce and a barrier: all must
  *             work (no liveness false alarm)
@@ -255,6 +257,25 @@ static void scenario_idle(peer_t *p, ruccl_comm_t *comm) {
     ruccl_result_t rc = ruccl_barrier(comm);
     CHECK(p, rc == RUCCL_OK, "barrier: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
   }
+}
+
+/* The sockets among this process's open files. */
+static int open_sockets(void) {
+  int n = 0;
+  char path[64], target[64];
+  for (int fd = 0; fd < 4096; fd++) {
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    if (len > 0 && (target[len] = 0, strncmp(target, "socket:", 7) == 0)) n++;
+  }
+  return n;
+}
+
+/* "all", with the process's sockets counted before and after (one peer a node). */
+static void scenario_links(peer_t *p, ruccl_comm_t *comm) {
+  fprintf(stderr, "sockets-registered %d\n", open_sockets());
+  scenario_all(p, comm);
+  fprintf(stderr, "sockets-after %d\n", open_sockets());
 }
 
 static void scenario_finish(peer_t *p, ruccl_comm_t **comm) {
@@ -595,6 +616,7 @@ static void *peer_main(void *arg) {
     p->status = 1;
   }
   if (!strcmp(p->scenario, "all")) scenario_all(p, comm);
+  else if (!strcmp(p->scenario, "links")) scenario_links(p, comm);
   else if (!strcmp(p->scenario, "many")) scenario_many(p, comm);
   else if (!strcmp(p->scenario, "mismatch")) scenario_mismatch(p, comm);
   else if (!strcmp(p->scenario, "big")) scenario_big(p, comm);

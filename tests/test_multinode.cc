@@ -188,6 +188,49 @@ TEST(MultiNode, ProcessesOfOneHostUseSharedMemoryUnlessTcpIsForced) {
   }
 }
 
+// Each node links at set-up to node 0 and its neighbours in the ring of nodes only;
+// other pairs link when an algorithm first moves data between them (every root of a
+// tree), the higher node dialing.  Every collective stays right, and a node in the
+// middle holds a handful of sockets where a full mesh would hold one per node.
+TEST(MultiNode, NodesLinkToNodeZeroAndRingNeighboursThenWhereUsed) {
+  const unsigned n = 7;
+  for (std::string transport : {"", "tcp"}) {
+    Orchestrator orch;
+    std::vector<std::string> ids;
+    for (unsigned k = 0; k < n; k++) ids.push_back(std::to_string(k));
+    LoggedNodes nodes(orch, "links" + transport, ids, "links", "tree", transport);
+    EXPECT_EQ(std::vector<int>(n, 0), wait_all(nodes.pids)) << nodes.log(3).substr(0, 3000);
+    auto setup_pair = [&](unsigned a, unsigned b) {
+      return a == 0 || b == 0 || (a + 1) % n == b || (b + 1) % n == a;
+    };
+    auto count = [](const std::string &text, const std::string &what) {
+      int c = 0;
+      for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) c++;
+      return c;
+    };
+    int lazy = 0;
+    std::vector<int> registered(n, -1);
+    for (unsigned k = 0; k < n; k++) {
+      std::string text = nodes.log(k);
+      for (unsigned j = 0; j < k; j++) {
+        std::string at_setup = "node " + std::to_string(k) + ": connected to node " + std::to_string(j) + " at ";
+        std::string on_use = "node " + std::to_string(k) + ": linked to node " + std::to_string(j) + " on first use";
+        EXPECT_EQ(setup_pair(k, j) ? 1 : 0, count(text, at_setup)) << at_setup;
+        EXPECT_LE(count(text, on_use), setup_pair(k, j) ? 0 : 1) << on_use;  // once at most, never a set-up pair
+        lazy += count(text, on_use);
+      }
+      size_t at = text.find("sockets-registered ");
+      ASSERT_NE(std::string::npos, at) << text.substr(0, 2000);
+      registered[k] = atoi(text.c_str() + at + strlen("sockets-registered "));
+    }
+    EXPECT_GT(lazy, 0) << "no pair linked on first use: trees of every root should need some";
+    // node 0: a link to each node; node 3: three links; each also holds its data port, its
+    // orchestrator connection and up to two liveness streams (a full mesh: 6 links)
+    EXPECT_GE(registered[0], (int)n - 1 + 2) << transport;
+    EXPECT_LE(registered[3], 3 + 4) << transport;
+  }
+}
+
 TEST(MultiNode, ShapeMismatchIsSeenByEveryPeerAndTheSessionGoesOn) {
   auto codes = run_session({"0,3", "1,2"}, "mismatch", "mismatch");
   EXPECT_EQ(std::vector<int>({0, 0}), codes);
@@ -294,6 +337,29 @@ struct ScopedEnv {
 
 // Node 1 of 3 frozen mid all-reduce: every surviving peer ends with PEER_LOST, and
 // node 2, its successor, names the silent node.
+// With RUCCL_SHM_LINKS=1 a process holds at most one shared-memory pair; its other
+// pairs go over TCP, and every collective (trees of every root) stays right.
+TEST(MultiNode, SharedMemoryPairsAreBoundedAndTheRestUseTcp) {
+  ScopedEnv budget("RUCCL_SHM_LINKS", "1");
+  const unsigned n = 5;
+  Orchestrator orch;
+  std::vector<std::string> ids;
+  for (unsigned k = 0; k < n; k++) ids.push_back(std::to_string(k));
+  LoggedNodes nodes(orch, "shm-budget", ids, "all", "tree", "");
+  EXPECT_EQ(std::vector<int>(n, 0), wait_all(nodes.pids)) << nodes.log(0).substr(0, 3000);
+  std::vector<int> pairs(n, 0);  // shared-memory pairs each node holds
+  int total = 0;
+  for (unsigned k = 0; k < n; k++) {
+    std::string text = nodes.log(k);
+    for (unsigned j = k + 1; j < n; j++)  // the lower node of a pair logs it
+      if (text.find("node " + std::to_string(k) + ": shared memory with node " + std::to_string(j) + "\n") !=
+          std::string::npos)
+        pairs[k]++, pairs[j]++, total++;
+  }
+  for (unsigned k = 0; k < n; k++) EXPECT_LE(pairs[k], 1) << "node " << k;
+  EXPECT_GE(total, 1) << "no pair used shared memory at all";
+}
+
 void expect_frozen_node_lost(const std::string &group, const std::string &transport) {
   SignalledSession r = signal_mid_all_reduce(group, SIGSTOP, transport);
   ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";

@@ -301,7 +301,7 @@ TEST(TableWire, OneLargeNodeFitsAChunkAndTooSmallAChunkIsRefused) {
   EXPECT_EQ(2u, next);  // both fit one frame
   free(wire);
   EXPECT_EQ(nullptr, ruccl_table_encode_chunk(&t, 0, 100, &next, &len));
-  wire = ruccl_table_encode_chunk(&t, 0, 4 * RUCCL_WIRE_MAX_LOCAL + 400, &next, &len);
+  wire = ruccl_table_encode_chunk(&t, 0, 4 * RUCCL_WIRE_MAX_LOCAL + 500, &next, &len);
   ASSERT_NE(nullptr, wire);
   EXPECT_EQ(1u, next);  // the wide node alone
   free(wire);

@@ -50,7 +50,7 @@ static uint32_t get_u32(reader_t *r) {
 }
 
 static size_t join_size(const ruccl_join_t *j) {
-  return RUCCL_MAX_GROUP_NAME + 4 + RUCCL_DIGEST_BYTES + RUCCL_MAX_ADDRESS + 4 + 4 + 4 * (size_t)j->num_local;
+  return RUCCL_MAX_GROUP_NAME + 4 + RUCCL_DIGEST_BYTES + RUCCL_MAX_ADDRESS + 4 + RUCCL_WIRE_HOST_BYTES + 4 + 4 * (size_t)j->num_local;
 }
 
 static void put_join(writer_t *w, const ruccl_join_t *j) {
@@ -59,6 +59,7 @@ static void put_join(writer_t *w, const ruccl_join_t *j) {
   put(w, j->digest, RUCCL_DIGEST_BYTES);
   put(w, j->address, RUCCL_MAX_ADDRESS);
   put_u32(w, j->data_port);
+  put(w, j->host, RUCCL_WIRE_HOST_BYTES);
   put_u32(w, j->num_local);
   for (uint32_t i = 0; i < j->num_local; i++) put_u32(w, j->peer_ids[i]);
 }
@@ -69,6 +70,7 @@ static void get_join(reader_t *r, ruccl_join_t *j) {
   get(r, j->digest, RUCCL_DIGEST_BYTES);
   get(r, j->address, RUCCL_MAX_ADDRESS);
   j->data_port = get_u32(r);
+  get(r, j->host, RUCCL_WIRE_HOST_BYTES);
   j->num_local = get_u32(r);
   if (j->num_local == 0 || j->num_local > RUCCL_WIRE_MAX_LOCAL) {
     r->bad = 1;
@@ -76,6 +78,7 @@ static void get_join(reader_t *r, ruccl_join_t *j) {
   }
   for (uint32_t i = 0; i < j->num_local; i++) j->peer_ids[i] = get_u32(r);
   if (memchr(j->group, 0, sizeof j->group) == NULL || memchr(j->address, 0, sizeof j->address) == NULL ||
+      memchr(j->host, 0, sizeof j->host) == NULL ||
       j->group[0] == 0 || j->address[0] == 0 || j->data_port == 0 || j->data_port > 65535 || j->num_nodes == 0 ||
       j->num_nodes > RUCCL_WIRE_MAX_NODES)
     r->bad = 1;

@@ -12,6 +12,7 @@
 #define RUCCL_WIRE_MAX_LOCAL 1024 /* local peers one node may announce */
 #define RUCCL_WIRE_MAX_NODES 4096 /* nodes in one table: RUCCL_MAX_NODES (a TABLE goes in chunks) */
 #define RUCCL_TABLE_CHUNK_HEAD 12  /* num_nodes, first, count */
+#define RUCCL_WIRE_HOST_BYTES 40   /* a host's id (its kernel's boot id), NUL-terminated */
 
 typedef struct {
   char group[RUCCL_MAX_GROUP_NAME];
@@ -19,6 +20,7 @@ typedef struct {
   unsigned char digest[RUCCL_DIGEST_BYTES]; /* what the nodes must agree on */
   char address[RUCCL_MAX_ADDRESS];          /* data service host */
   uint32_t data_port;
+  char host[RUCCL_WIRE_HOST_BYTES];         /* "" when unknown: nodes of one host may share memory */
   uint32_t num_local;
   uint32_t peer_ids[RUCCL_WIRE_MAX_LOCAL];
 } ruccl_join_t;

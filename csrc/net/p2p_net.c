@@ -39,8 +39,6 @@ typedef struct {
 
 struct ruccl_p2p_net {
   unsigned num_nodes, me;
-  char (*addr)[RUCCL_MAX_ADDRESS];
-  unsigned *port;
   ruccl_p2p_routes_t routes;
   out_conn_t *out;
   pthread_mutex_t in_mu; /* in[].fd, the reader's start */
@@ -93,29 +91,25 @@ static void encode_frame(unsigned char f[RUCCL_P2P_FRAME_BYTES], uint32_t kind, 
 
 /* ---- set-up --------------------------------------------------------------------- */
 
-ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, const ruccl_p2p_routes_t *routes) {
-  unsigned n = table->num_nodes;
+ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_p2p_routes_t *routes) {
+  unsigned n = net->num_nodes;
   ruccl_p2p_net_t *p = calloc(1, sizeof *p);
   if (!p) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
   p->num_nodes = n;
   p->me = net->me;
   p->routes = *routes;
-  p->addr = calloc(n, sizeof *p->addr);
-  p->port = calloc(n, sizeof *p->port);
   p->out = calloc(n, sizeof *p->out);
   p->in = calloc(n, sizeof *p->in);
   p->sink = malloc(SINK_BYTES);
   p->heard = calloc(n, sizeof *p->heard);
   p->wake[0] = p->wake[1] = -1;
-  if (!p->addr || !p->port || !p->out || !p->in || !p->sink || !p->heard || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-    free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink), free(p->heard);
+  if (!p->out || !p->in || !p->sink || !p->heard || pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    free(p->out), free(p->in), free(p->sink), free(p->heard);
     if (p->wake[0] >= 0) close(p->wake[0]), close(p->wake[1]);
     free(p);
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
   }
   for (unsigned k = 0; k < n; k++) {
-    snprintf(p->addr[k], sizeof p->addr[k], "%s", table->nodes[k].address);
-    p->port[k] = table->nodes[k].data_port;
     pthread_mutex_init(&p->out[k].mu, NULL);
     p->out[k].fd = -1;
     p->in[k].fd = -1;
@@ -309,14 +303,10 @@ int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len,
 static ruccl_result_t open_out(ruccl_net_t *net, unsigned k, int64_t deadline_ns) {
   ruccl_p2p_net_t *p = net->p2p;
   int fd = -1;
-  ruccl_result_t rc = ruccl_tcp_connect(p->addr[k], (int)p->port[k], deadline_ns, &fd);
-  if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, net->secret, net->secret_len, deadline_ns);
-  if (rc == RUCCL_OK) {
-    unsigned char hello[HELLO_BYTES] = {0};
-    snprintf((char *)hello, RUCCL_MAX_GROUP_NAME, "%s", net->group);
-    put_u32(hello + RUCCL_MAX_GROUP_NAME, p->me);
-    rc = ruccl_frame_send(fd, RUCCL_FRAME_P2P, hello, sizeof hello, deadline_ns);
-  }
+  unsigned char hello[HELLO_BYTES] = {0};
+  snprintf((char *)hello, RUCCL_MAX_GROUP_NAME, "%s", net->group);
+  put_u32(hello + RUCCL_MAX_GROUP_NAME, p->me);
+  ruccl_result_t rc = ruccl_net_dial(net, k, RUCCL_FRAME_P2P, hello, sizeof hello, deadline_ns, &fd);
   if (rc == RUCCL_OK) {
     unsigned char ack[4];
     uint16_t type = 0;
@@ -329,7 +319,7 @@ static ruccl_result_t open_out(ruccl_net_t *net, unsigned k, int64_t deadline_ns
     if (fd >= 0) close(fd);
     return ruccl_fail(rc == RUCCL_ERR_TIMEOUT ? rc : RUCCL_ERR_PEER_LOST,
                       "node %u cannot open a point-to-point connection to node %u at %s:%u (it may have finished): %s",
-                      p->me, k, p->addr[k], p->port[k], ruccl_last_error_detail());
+                      p->me, k, net->nodes[k].address, net->nodes[k].port, ruccl_last_error_detail());
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   p->out[k].fd = fd;
@@ -567,7 +557,7 @@ void ruccl_p2p_net_close(ruccl_net_t *net, int finished) {
   pthread_cond_destroy(&p->beat_cv);
   close(p->wake[0]);
   close(p->wake[1]);
-  free(p->addr), free(p->port), free(p->out), free(p->in), free(p->sink), free(p->heard);
+  free(p->out), free(p->in), free(p->sink), free(p->heard);
   free(p);
   net->p2p = NULL;
 }

@@ -57,9 +57,9 @@ typedef struct {
    (timeout_ms <= 0: not at all). */
 void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms);
 
-/* After ruccl_net_connect_all: keeps every node's data address for later
-   connections. */
-ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_table_t *table, const ruccl_p2p_routes_t *routes);
+/* After ruccl_net_prepare (which knows where every node is), before
+   ruccl_net_connect_all (a node ahead may open a stream during set-up). */
+ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_p2p_routes_t *routes);
 
 /* Sends one message to peer dst on node `node` (opening the connection on first
    use); returns once the kernel has all of it.  A failure closes that connection:

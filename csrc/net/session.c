@@ -1,7 +1,7 @@
 /* session.c — turns a node's completed local rendezvous into a multi-node session:
    open the data service, join through the orchestrator (or the caller's store),
-   connect to every other node, and number every peer of the session in ascending-id
-   order. */
+   link to node 0 and the ring neighbours (the other pairs link on first use:
+   transport_tcp.h), and number every peer of the session in ascending-id order. */
 #include "session.h"
 
 #include <openssl/evp.h>
@@ -15,6 +15,7 @@
 #include "../rank.h"
 #include "bootstrap.h"
 #include "p2p_net.h"
+#include "shm_link.h"
 #include "transport_tcp.h"
 
 /* How long a silent node may stay silent (0: no watch): the configuration's, else
@@ -146,6 +147,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     config_digest(cfg, liveness_ms, me->digest);
     snprintf(me->address, sizeof me->address, "%s", cfg->node_address);
     me->data_port = (uint32_t)net->data_port;
+    ruccl_host_id(me->host);
     me->num_local = g->n;
     for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
     rc = bootstrap->join(bootstrap->ctx, cfg, me, deadline, &net->orchestrator_fd, &table);
@@ -162,10 +164,10 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     ruccl_p2p_routes_t routes = {
         .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped,
         .silent = node_silent};
-    net->me = my_node;
-    rc = ruccl_p2p_net_init(net, &table, &routes);
+    rc = ruccl_net_prepare(net, &table, my_node);
+    if (rc == RUCCL_OK) rc = ruccl_p2p_net_init(net, &routes);
   }
-  if (rc == RUCCL_OK) rc = ruccl_net_connect_all(net, &table, my_node, deadline);
+  if (rc == RUCCL_OK) rc = ruccl_net_connect_all(net, deadline);
   ruccl_table_free(&table);
   free(me);
   if (rc != RUCCL_OK) {

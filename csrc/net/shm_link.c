@@ -61,7 +61,7 @@ int ruccl_shm_allowed(void) {
   return !(t && strcmp(t, "tcp") == 0);
 }
 
-void ruccl_host_id(char out[40]) {
+void ruccl_host_id(char out[RUCCL_HOST_ID_BYTES]) {
   memset(out, 0, 40);
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (!f) return;

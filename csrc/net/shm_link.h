@@ -50,7 +50,8 @@ void ruccl_shm_wait(ruccl_shm_link_t *l, int want_read, int want_write, int64_t 
 
 /* Whether this host's processes may use shared memory (RUCCL_TRANSPORT=tcp says no). */
 int ruccl_shm_allowed(void);
-/* This kernel's boot id: processes that share it share a host. */
-void ruccl_host_id(char out[40]);
+/* This kernel's boot id: processes that share it share a host ("" when unknown). */
+#define RUCCL_HOST_ID_BYTES 40
+void ruccl_host_id(char out[RUCCL_HOST_ID_BYTES]);
 
 #endif

@@ -32,7 +32,6 @@
 #define POLL_SLICE_MS 50
 #define CROWDED_SPIN_NS 3000 /* on a host with more processes than cores */
 #define SHM_SLEEP_NS 20000000   /* a sleep on a doorbell looks at the session at least this often */
-#define STRANGER_TIMEOUT_NS (2LL * 1000000000)
 /* A connection's handshake during set-up: a session of a thousand processes on a few
    cores can keep an expected node from answering for seconds (2 s refused some) */
 #define SETUP_HANDSHAKE_NS (15LL * 1000000000)
@@ -63,53 +62,105 @@ typedef struct {
   unsigned char token[RUCCL_SHM_TOKEN_BYTES];
 } shm_offer_t;
 
+/* Whether the whole header went (else the socket had no room for all of it). */
+static int send_header_now(int fd, uint32_t kind, uint32_t code) {
+  msg_header_t h = {htonl(kind), htonl(code), 0, 0};
+  return send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof h;
+}
+
+/* ---- links ------------------------------------------------------------------------- */
+
+static int link_fd(const ruccl_net_t *net, unsigned k) { return __atomic_load_n(&net->fds[k], __ATOMIC_ACQUIRE); }
+
+/* Whether nodes a and b link at set-up: one of them is node 0, or they are
+   neighbours in the ring of nodes. */
+static int setup_pair(unsigned a, unsigned b, unsigned n) {
+  return a != b && (a == 0 || b == 0 || (a + 1) % n == b || (b + 1) % n == a);
+}
+
+/* Takes a share of this node's shared-memory budget (1), or finds it spent (0). */
+static int take_shm_share(ruccl_net_t *net) {
+  if (atomic_fetch_add(&net->shm_links, 1) < net->shm_budget) return 1;
+  atomic_fetch_sub(&net->shm_links, 1);
+  return 0;
+}
+
+static void drop_link(ruccl_net_t *net, ruccl_shm_link_t *link) {
+  if (!link->map) return;
+  ruccl_shm_close(link);
+  atomic_fetch_sub(&net->shm_links, 1);
+}
+
+/* Makes fd (and link) node k's link, unless this node is stopping the session:
+   then the other node hears why on it and it closes. */
+static ruccl_result_t publish_link(ruccl_net_t *net, unsigned k, int fd, ruccl_shm_link_t *link) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  pthread_mutex_lock(&net->links_lock);
+  int aborted = atomic_load(&net->aborted), stopping = aborted || link_fd(net, k) >= 0;
+  if (!stopping) {
+    net->shm[k] = *link;
+    if (net->crowded && link->map) ruccl_shm_set_eager(&net->shm[k]);
+    atomic_store(&net->tx[k], TX_IDLE);
+    __atomic_store_n(&net->fds[k], fd, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&net->links_lock);
+  if (!stopping) return RUCCL_OK;
+  if (aborted) send_header_now(fd, MSG_ABORT, (uint32_t)atomic_load(&net->abort_code));
+  close(fd);
+  drop_link(net, link);
+  ruccl_result_t rc = ruccl_net_session_state(net);
+  return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u linked to node %u twice", net->me, k);
+}
+
 /* The lower node of a pair on one host offers a segment; the higher one opens it
    and says whether it could.  Either way the socket stays for control. */
-static ruccl_result_t offer_shm(ruccl_net_t *net, unsigned node, const char *peer_host, int64_t deadline_ns) {
-  int fd = net->fds[node];
-  char host[40];
+static ruccl_result_t offer_shm(ruccl_net_t *net, int fd, unsigned node, const char *peer_host,
+                                ruccl_shm_link_t *link, int64_t deadline_ns) {
+  char host[RUCCL_HOST_ID_BYTES];
   ruccl_host_id(host);
   shm_offer_t offer;
   memset(&offer, 0, sizeof offer);
-  ruccl_shm_link_t link = {0};
-  if (ruccl_shm_allowed() && host[0] && strncmp(host, peer_host, sizeof host) == 0 &&
-      ruccl_shm_create(&link, offer.name, offer.token) != RUCCL_OK)
+  memset(link, 0, sizeof *link);
+  if (ruccl_shm_allowed() && host[0] && strncmp(host, peer_host, sizeof host) == 0 && take_shm_share(net) &&
+      ruccl_shm_create(link, offer.name, offer.token) != RUCCL_OK) {
     offer.name[0] = 0;
+    atomic_fetch_sub(&net->shm_links, 1);
+  }
   ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM, &offer, sizeof offer, deadline_ns);
   if (rc != RUCCL_OK || !offer.name[0]) {
-    if (offer.name[0]) ruccl_shm_unlink(offer.name), ruccl_shm_close(&link);
+    if (offer.name[0]) ruccl_shm_unlink(offer.name), drop_link(net, link);
     return rc;
   }
   uint32_t ok = 0, len = 0;
   uint16_t type = 0;
   rc = ruccl_frame_recv(fd, &type, &ok, sizeof ok, &len, deadline_ns);
   ruccl_shm_unlink(offer.name); /* both ends have it mapped (or never will) */
-  if (rc == RUCCL_OK && type == RUCCL_FRAME_SHM_ACK && len == sizeof ok && ntohl(ok) == 1) {
-    net->shm[node] = link;
+  if (rc == RUCCL_OK && type == RUCCL_FRAME_SHM_ACK && len == sizeof ok && ntohl(ok) == 1)
     ruccl_log(2, "node %u: shared memory with node %u", net->me, node);
-  } else {
-    ruccl_shm_close(&link);
-  }
+  else
+    drop_link(net, link);
   return rc;
 }
 
-static ruccl_result_t accept_shm(ruccl_net_t *net, unsigned node, int64_t deadline_ns) {
-  int fd = net->fds[node];
+static ruccl_result_t accept_shm(ruccl_net_t *net, int fd, unsigned node, ruccl_shm_link_t *link, int64_t deadline_ns) {
   shm_offer_t offer;
   uint32_t len = 0;
   uint16_t type = 0;
+  memset(link, 0, sizeof *link);
   ruccl_result_t rc = ruccl_frame_recv(fd, &type, &offer, sizeof offer, &len, deadline_ns);
   if (rc != RUCCL_OK) return rc;
   if (type != RUCCL_FRAME_SHM || len != sizeof offer)
     return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u: expected a shared-memory offer from node %u", net->me, node);
   offer.name[sizeof offer.name - 1] = 0;
   if (!offer.name[0]) return RUCCL_OK;
-  ruccl_shm_link_t link = {0};
-  uint32_t ok = ruccl_shm_allowed() && ruccl_shm_open(&link, offer.name, offer.token) == RUCCL_OK;
+  uint32_t ok = ruccl_shm_allowed() && take_shm_share(net);
+  if (ok && ruccl_shm_open(link, offer.name, offer.token) != RUCCL_OK) {
+    ok = 0;
+    atomic_fetch_sub(&net->shm_links, 1);
+  }
   uint32_t wire = htonl(ok);
   rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM_ACK, &wire, sizeof wire, deadline_ns);
-  if (rc == RUCCL_OK && ok) net->shm[node] = link;
-  else if (ok) ruccl_shm_close(&link);
+  if (rc != RUCCL_OK) drop_link(net, link);
   return rc;
 }
 
@@ -119,45 +170,94 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
   net->wake[0] = net->wake[1] = -1;
   atomic_init(&net->aborted, 0);
   atomic_init(&net->abort_code, RUCCL_OK);
+  atomic_init(&net->shm_links, 0);
+  pthread_mutex_init(&net->links_lock, NULL);
+  net->links_lock_ready = 1;
   return ruccl_tcp_listen(host, (int)port, &net->listen_fd, &net->data_port);
 }
 
-/* Accepts one connection and checks who it is: an authenticated node of our group
-   with an index above ours that has not connected yet.  Anything else is closed. */
-static ruccl_result_t accept_node(ruccl_net_t *net, int64_t deadline_ns, unsigned *from) {
-  for (;;) {
+ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const void *hello, size_t len,
+                              int64_t deadline_ns, int *fd) {
+  *fd = -1;
+  ruccl_result_t rc = ruccl_tcp_connect(net->nodes[k].address, (int)net->nodes[k].port, deadline_ns, fd);
+  if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->secret, net->secret_len, deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_frame_send(*fd, type, hello, (uint32_t)len, deadline_ns);
+  if (rc != RUCCL_OK && *fd >= 0) close(*fd), *fd = -1;
+  return rc;
+}
+
+/* This node links to lower node j: dials it, says who it is, takes the memory it offers. */
+static ruccl_result_t dial_node(ruccl_net_t *net, unsigned j, int64_t deadline_ns) {
+  node_hello_t hello;
+  memset(&hello, 0, sizeof hello);
+  snprintf(hello.group, sizeof hello.group, "%s", net->group);
+  hello.node = htonl(net->me);
+  ruccl_host_id(hello.host);
+  int fd;
+  ruccl_shm_link_t link = {0};
+  ruccl_result_t rc = ruccl_net_dial(net, j, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns, &fd);
+  if (rc == RUCCL_OK) rc = accept_shm(net, fd, j, &link, deadline_ns);
+  if (rc == RUCCL_OK) return publish_link(net, j, fd, &link);
+  if (fd >= 0) close(fd);
+  ruccl_result_t mine = ruccl_net_session_state(net);
+  if (mine != RUCCL_OK) return mine;
+  return ruccl_fail(rc == RUCCL_ERR_TIMEOUT ? rc : RUCCL_ERR_PEER_LOST, "node %u cannot connect to node %u at %s:%u: %s",
+                    net->me, j, net->nodes[j].address, net->nodes[j].port, ruccl_last_error());
+}
+
+/* An authenticated connection's first frame (type, len bytes) on the data port:
+   takes it as a link from a higher node not yet linked, or as a point-to-point
+   stream.  Returns 1 when fd is no longer the caller's (*node: the node now linked,
+   -1 for a stream or a link refused late); 0: the caller closes fd. */
+static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *first, uint32_t len,
+                           int64_t deadline_ns, int *node) {
+  *node = -1;
+  if (type == RUCCL_FRAME_P2P) return ruccl_p2p_net_adopt(net, fd, first, len, deadline_ns);
+  if (type != RUCCL_FRAME_NODE || len != sizeof(node_hello_t)) return 0;
+  node_hello_t hello;
+  memcpy(&hello, first, sizeof hello);
+  uint32_t k = ntohl(hello.node);
+  hello.group[sizeof hello.group - 1] = 0;
+  hello.host[sizeof hello.host - 1] = 0;
+  if (strcmp(hello.group, net->group) != 0 || k <= net->me || k >= net->num_nodes || link_fd(net, k) >= 0) return 0;
+  ruccl_shm_link_t link;
+  if (offer_shm(net, fd, k, hello.host, &link, deadline_ns) != RUCCL_OK) return 0;
+  if (publish_link(net, k, fd, &link) == RUCCL_OK) *node = (int)k; /* else it closed fd */
+  return 1;
+}
+
+/* Reads the first frame of a connection on the data port, after the handshake. */
+static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *type, unsigned char *buf, size_t cap,
+                       uint32_t *len) {
+  return ruccl_auth_server(fd, net->secret, net->secret_len, deadline_ns) == RUCCL_OK &&
+         ruccl_frame_recv(fd, type, buf, (uint32_t)cap, len, deadline_ns) == RUCCL_OK;
+}
+
+/* Set-up: takes connections until every higher set-up neighbour has linked.
+   Anything else is closed (a node ahead of this one may already link for an
+   algorithm or open a stream: taken too). */
+static ruccl_result_t accept_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
+  unsigned want = 0;
+  for (unsigned k = net->me + 1; k < net->num_nodes; k++) want += setup_pair(net->me, k, net->num_nodes);
+  while (want) {
     int fd;
     ruccl_result_t rc = ruccl_tcp_accept(net->listen_fd, deadline_ns, &fd);
     if (rc != RUCCL_OK) return rc;
     int64_t hs_deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS;
     if (hs_deadline > deadline_ns) hs_deadline = deadline_ns;
-    union {
-      node_hello_t node;
-      unsigned char bytes[256];
-    } first;
-    node_hello_t hello;
+    unsigned char first[256];
     uint16_t type = 0;
     uint32_t len = 0;
-    rc = ruccl_auth_server(fd, net->secret, net->secret_len, hs_deadline);
-    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, &first, sizeof first, &len, hs_deadline);
-    /* a node already set up opens a point-to-point stream early */
-    if (rc == RUCCL_OK && type == RUCCL_FRAME_P2P && ruccl_p2p_net_adopt(net, fd, &first, len, hs_deadline)) continue;
-    memcpy(&hello, &first, sizeof hello);
-    if (rc == RUCCL_OK) {
-      uint32_t node = ntohl(hello.node);
-      hello.group[sizeof hello.group - 1] = 0;
-      if (type == RUCCL_FRAME_NODE && len == sizeof hello && strcmp(hello.group, net->group) == 0 &&
-          node > net->me && node < net->num_nodes && net->fds[node] < 0) {
-        net->fds[node] = fd;
-        *from = node;
-        hello.host[sizeof hello.host - 1] = 0;
-        return offer_shm(net, node, hello.host, deadline_ns);
-      }
+    int node = -1;
+    if (first_frame(net, fd, hs_deadline, &type, first, sizeof first, &len) &&
+        take_connection(net, fd, type, first, len, hs_deadline, &node)) {
+      if (node >= 0 && setup_pair(net->me, (unsigned)node, net->num_nodes)) want--;
+      continue;
     }
-    ruccl_log(1, "node %u: refused a connection on the data port (%s)", net->me,
-              rc == RUCCL_OK ? "not an expected node" : ruccl_last_error());
+    ruccl_log(1, "node %u: refused a connection on the data port (not an expected node)", net->me);
     close(fd);
   }
+  return RUCCL_OK;
 }
 
 static void *guard_main(void *arg) {
@@ -168,16 +268,16 @@ static void *guard_main(void *arg) {
       OPENSSL_thread_stop();
       return NULL;
     }
-    /* The session is complete: only a node of it opening a point-to-point stream
-       is taken; anyone else is refused (after the handshake, so that a stranger
-       learns nothing but a wrong secret learns it is wrong). */
-    int64_t deadline = ruccl_now_ns() + STRANGER_TIMEOUT_NS;
+    /* The session is set up: a node of it linking for an algorithm or opening a
+       point-to-point stream is taken; anyone else is refused (after the handshake,
+       so that a stranger learns nothing but a wrong secret learns it is wrong). */
+    int64_t deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS; /* a crowded host's node may be slow */
     unsigned char first[256];
     uint16_t type = 0;
     uint32_t len = 0;
-    if (ruccl_auth_server(fd, net->secret, net->secret_len, deadline) == RUCCL_OK &&
-        ruccl_frame_recv(fd, &type, first, sizeof first, &len, deadline) == RUCCL_OK && type == RUCCL_FRAME_P2P &&
-        ruccl_p2p_net_adopt(net, fd, first, len, deadline))
+    int node = -1;
+    if (first_frame(net, fd, deadline, &type, first, sizeof first, &len) &&
+        take_connection(net, fd, type, first, len, deadline, &node))
       continue;
     ruccl_log(1, "node %u: refused a connection on the data port during the session", net->me);
     close(fd);
@@ -190,62 +290,60 @@ static void *guard_main(void *arg) {
    spinning or yielding keeps the core from the very process that is to answer. */
 static void plan_waits(ruccl_net_t *net) {
   unsigned on_host = 1;
-  for (unsigned i = 0; i < net->num_nodes; i++) on_host += net->shm[i].map != NULL;
+  const char *mine = net->nodes[net->me].host;
+  for (unsigned i = 0; ruccl_shm_allowed() && mine[0] && i < net->num_nodes; i++)
+    on_host += i != net->me && strcmp(net->nodes[i].host, mine) == 0;
   cpu_set_t set;
   unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 1;
-  int crowded = on_host > cores;
-  net->spin_ns = crowded ? CROWDED_SPIN_NS : RUCCL_SPIN_NS;
-  net->sleepy_ns = crowded ? 0 : RUCCL_SHM_SLEEPY_NS;
-  for (unsigned i = 0; crowded && i < net->num_nodes; i++)
-    if (net->shm[i].map) ruccl_shm_set_eager(&net->shm[i]);
+  net->crowded = on_host > cores;
+  net->spin_ns = net->crowded ? CROWDED_SPIN_NS : RUCCL_SPIN_NS;
+  net->sleepy_ns = net->crowded ? 0 : RUCCL_SHM_SLEEPY_NS;
   ruccl_log(2, "node %u: %u of the session's processes on this host, %u cores: %s waits", net->me, on_host, cores,
-            crowded ? "eager" : "spinning");
+            net->crowded ? "eager" : "spinning");
 }
 
-ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
-                                     int64_t deadline_ns) {
+ruccl_result_t ruccl_net_prepare(ruccl_net_t *net, const ruccl_table_t *table, unsigned me) {
   net->num_nodes = table->num_nodes;
   net->me = me;
+  net->nodes = calloc(net->num_nodes, sizeof *net->nodes);
   net->fds = malloc(sizeof(int) * net->num_nodes);
   net->shm = calloc(net->num_nodes, sizeof *net->shm);
   net->bounce = malloc(BOUNCE_BYTES);
   net->tx = calloc(net->num_nodes, sizeof *net->tx);
-  if (!net->fds || !net->shm || !net->bounce || !net->tx) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
-  for (unsigned i = 0; i < net->num_nodes; i++) atomic_init(&net->tx[i], TX_IDLE);
-  for (unsigned i = 0; i < net->num_nodes; i++) net->fds[i] = -1;
-  for (unsigned j = 0; j < me; j++) {
-    const ruccl_join_t *n = &table->nodes[j];
-    int fd;
-    ruccl_result_t rc = ruccl_tcp_connect(n->address, (int)n->data_port, deadline_ns, &fd);
-    if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, net->secret, net->secret_len, deadline_ns);
-    if (rc == RUCCL_OK) {
-      node_hello_t hello;
-      memset(&hello, 0, sizeof hello);
-      snprintf(hello.group, sizeof hello.group, "%s", net->group);
-      hello.node = htonl(me);
-      ruccl_host_id(hello.host);
-      rc = ruccl_frame_send(fd, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns);
-    }
-    if (rc == RUCCL_OK) {
-      ruccl_log(2, "node %u: connected to node %u at %s:%u", me, j, n->address, n->data_port);
-      net->fds[j] = fd;
-      rc = accept_shm(net, j, deadline_ns);
-    }
-    if (rc != RUCCL_OK) {
-      if (fd >= 0) close(fd);
-      net->fds[j] = -1;
-      return ruccl_fail(rc, "node %u cannot connect to node %u at %s:%u: %s", me, j, n->address, n->data_port,
-                        ruccl_last_error());
-    }
+  if (!net->nodes || !net->fds || !net->shm || !net->bounce || !net->tx)
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "node connections");
+  for (unsigned i = 0; i < net->num_nodes; i++) {
+    atomic_init(&net->tx[i], TX_IDLE);
+    net->fds[i] = -1;
+    ruccl_node_addr_t *a = &net->nodes[i];
+    snprintf(a->address, sizeof a->address, "%s", table->nodes[i].address);
+    a->port = table->nodes[i].data_port;
+    snprintf(a->host, sizeof a->host, "%s", table->nodes[i].host);
   }
-  for (unsigned k = me + 1; k < net->num_nodes; k++) {
-    unsigned from;
-    ruccl_result_t rc = accept_node(net, deadline_ns, &from);
-    if (rc != RUCCL_OK) return ruccl_fail(rc, "node %u: not every higher node connected: %s", me, ruccl_last_error());
-  }
-  for (unsigned i = 0; i < net->num_nodes; i++)
-    if (net->fds[i] >= 0) fcntl(net->fds[i], F_SETFL, fcntl(net->fds[i], F_GETFL) | O_NONBLOCK);
   plan_waits(net);
+  net->shm_budget = RUCCL_SHM_MAX_LINKS;
+  const char *e = getenv("RUCCL_SHM_LINKS");
+  if (e && *e) {
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    if (*end || v < 0 || v > 65536)
+      ruccl_log(1, "RUCCL_SHM_LINKS=%s is not a number of links: using %d", e, RUCCL_SHM_MAX_LINKS);
+    else
+      net->shm_budget = (unsigned)v;
+  }
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, int64_t deadline_ns) {
+  unsigned me = net->me;
+  for (unsigned j = 0; j < me; j++) {
+    if (!setup_pair(me, j, net->num_nodes)) continue;
+    ruccl_result_t rc = dial_node(net, j, deadline_ns);
+    if (rc != RUCCL_OK) return rc;
+    ruccl_log(2, "node %u: connected to node %u at %s:%u", me, j, net->nodes[j].address, net->nodes[j].port);
+  }
+  ruccl_result_t rc = accept_setup_links(net, deadline_ns);
+  if (rc != RUCCL_OK) return ruccl_fail(rc, "node %u: not every higher node connected: %s", me, ruccl_last_error());
   if (pipe2(net->wake, O_CLOEXEC) != 0) return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
   if (pthread_create(&net->guard, NULL, guard_main, net) != 0)
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "data port guard thread");
@@ -253,11 +351,6 @@ ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, const ruccl_table_t *tabl
   return RUCCL_OK;
 }
 
-/* Whether the whole header went (else the socket had no room for all of it). */
-static int send_header_now(int fd, uint32_t kind, uint32_t code) {
-  msg_header_t h = {htonl(kind), htonl(code), 0, 0};
-  return send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof h;
-}
 
 void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
   if (!net->fds) return;
@@ -265,6 +358,7 @@ void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
   atomic_compare_exchange_strong(&net->abort_code, &none, (int)code);
   if (atomic_exchange(&net->aborted, 1)) return;
   int64_t deadline = ruccl_now_ns() + 1000000000LL; /* the notices' whole budget */
+  pthread_mutex_lock(&net->links_lock); /* no link appears meanwhile (publish_link sees aborted) */
   for (unsigned i = 0; i < net->num_nodes; i++) {
     if (net->fds[i] < 0) continue;
     /* In band where no message is half sent (a receiver that reads on gets it), and
@@ -277,6 +371,7 @@ void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
   }
   for (unsigned i = 0; i < net->num_nodes; i++)
     if (net->fds[i] >= 0) shutdown(net->fds[i], SHUT_RDWR);
+  pthread_mutex_unlock(&net->links_lock);
 }
 
 /* Whether the other end has closed or reset the connection; what it sent is
@@ -373,6 +468,8 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
   free(net->fds);
   free(net->bounce);
   free(net->tx);
+  free(net->nodes);
+  net->nodes = NULL;
   net->tx = NULL;
   net->fds = NULL;
   net->bounce = NULL;
@@ -383,6 +480,7 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
 
 typedef struct {
   int fd, node;
+  int awaiting; /* the node is higher and has not linked yet: fd is -1 until it does */
   ruccl_shm_link_t *shm; /* NULL: the socket carries the data */
   msg_header_t hdr;
   size_t hdr_done;
@@ -392,6 +490,7 @@ typedef struct {
 
 typedef struct {
   int fd, node;
+  int awaiting;
   ruccl_shm_link_t *shm;
   msg_header_t hdr;
   size_t hdr_done;
@@ -607,40 +706,81 @@ static ruccl_result_t check_shm_sockets(ruccl_net_t *net, out_state_t *o, int ou
 static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *inp, atomic_int *tx, int64_t deadline_ns,
                                 ruccl_shm_link_t **sleepy);
 
+/* Points one direction of a step at node k's link: made now when this node is the
+   one to dial (k is lower), else awaited (the data port takes k's dial). */
+static ruccl_result_t find_link(ruccl_net_t *net, unsigned k, int64_t deadline_ns, int *fd, int *awaiting,
+                                ruccl_shm_link_t **shm) {
+  *fd = link_fd(net, k);
+  if (*fd < 0 && k < net->me) {
+    ruccl_result_t rc = dial_node(net, k, deadline_ns);
+    if (rc != RUCCL_OK) return rc;
+    *fd = link_fd(net, k);
+    ruccl_log(2, "node %u: linked to node %u on first use", net->me, k);
+  }
+  *awaiting = *fd < 0;
+  *shm = *fd >= 0 && net->shm[k].map ? &net->shm[k] : NULL;
+  return RUCCL_OK;
+}
+
+/* The sender takes the socket from IDLE to MESSAGE for the message (*tx: held). */
+static ruccl_result_t take_tx(ruccl_net_t *net, const out_state_t *o, atomic_int **tx) {
+  *tx = NULL;
+  if (o->fd < 0 || o->shm) return RUCCL_OK;
+  int idle = TX_IDLE;
+  if (!atomic_compare_exchange_strong(&net->tx[o->node], &idle, TX_MESSAGE)) {
+    ruccl_result_t rc = ruccl_net_session_state(net);
+    return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
+  }
+  *tx = &net->tx[o->node];
+  return RUCCL_OK;
+}
+
+/* A higher node this step waits for has linked meanwhile: the step takes its link. */
+static ruccl_result_t attach_awaited(ruccl_net_t *net, out_state_t *o, in_state_t *in, atomic_int **tx) {
+  ruccl_result_t rc = RUCCL_OK;
+  if (o->awaiting && link_fd(net, (unsigned)o->node) >= 0) {
+    int unused;
+    find_link(net, (unsigned)o->node, 0, &o->fd, &unused, &o->shm);
+    o->awaiting = 0;
+    rc = take_tx(net, o, tx);
+  }
+  if (in->awaiting && link_fd(net, (unsigned)in->node) >= 0) {
+    int unused;
+    find_link(net, (unsigned)in->node, 0, &in->fd, &unused, &in->shm);
+    in->awaiting = 0;
+  }
+  return rc;
+}
+
 static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
   ruccl_net_t *net = endpoint;
   out_state_t o = {.fd = -1};
   in_state_t in = {.fd = -1};
-  if (x->send_peer != RUCCL_NO_PEER) {
-    o.node = x->send_peer;
-    o.fd = net->fds[x->send_peer];
-    o.shm = net->shm[x->send_peer].map ? &net->shm[x->send_peer] : NULL;
-    o.buf = x->send_buf;
-    o.len = x->send_bytes;
-    uint64_t len = x->send_bytes;
-    o.hdr = (msg_header_t){htonl(x->p2p ? MSG_P2P : MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
-  }
-  if (x->recv_peer != RUCCL_NO_PEER) {
-    in.node = x->recv_peer;
-    in.fd = net->fds[x->recv_peer];
-    in.shm = net->shm[x->recv_peer].map ? &net->shm[x->recv_peer] : NULL;
-    in.len = x->recv_bytes;
-    in.x = x;
-  }
   if (atomic_load(&net->aborted)) {
     ruccl_result_t rc = ruccl_net_session_state(net);
     return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
   }
-  atomic_int *tx = o.fd >= 0 && !o.shm ? &net->tx[o.node] : NULL; /* held while the message is partly sent */
-  if (tx) {
-    int idle = TX_IDLE;
-    if (!atomic_compare_exchange_strong(tx, &idle, TX_MESSAGE)) {
-      ruccl_result_t rc = ruccl_net_session_state(net);
-      return rc != RUCCL_OK ? rc : ruccl_fail(RUCCL_ERR_PEER_LOST, "the node connections are closed");
-    }
+  ruccl_result_t rc = RUCCL_OK;
+  /* Dial before waiting: a node waits only for higher ones, which dial first. */
+  if (x->recv_peer != RUCCL_NO_PEER) {
+    in.node = x->recv_peer;
+    in.len = x->recv_bytes;
+    in.x = x;
+    rc = find_link(net, (unsigned)in.node, deadline_ns, &in.fd, &in.awaiting, &in.shm);
   }
+  if (rc == RUCCL_OK && x->send_peer != RUCCL_NO_PEER) {
+    o.node = x->send_peer;
+    o.buf = x->send_buf;
+    o.len = x->send_bytes;
+    uint64_t len = x->send_bytes;
+    o.hdr = (msg_header_t){htonl(x->p2p ? MSG_P2P : MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
+    rc = find_link(net, (unsigned)o.node, deadline_ns, &o.fd, &o.awaiting, &o.shm);
+  }
+  atomic_int *tx = NULL; /* held while the message is partly sent */
+  if (rc == RUCCL_OK) rc = take_tx(net, &o, &tx);
+  if (rc != RUCCL_OK) return rc;
   ruccl_shm_link_t *sleepy = NULL; /* the link this thread declared it may sleep on */
-  ruccl_result_t rc = xfer_loop(net, &o, &in, tx, deadline_ns, &sleepy);
+  rc = xfer_loop(net, &o, &in, tx, deadline_ns, &sleepy);
   if (sleepy) ruccl_shm_sleepy(sleepy, -1);
   return rc;
 }
@@ -656,6 +796,8 @@ static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *i
   for (unsigned spins = 0;; spins++) {
     size_t before = o.hdr_done + o.done + in.hdr_done + in.done;
     ruccl_result_t rc = RUCCL_OK;
+    if (o.awaiting || in.awaiting) rc = attach_awaited(net, &o, &in, &tx);
+    if (rc != RUCCL_OK) return rc;
     if (out_pending(&o)) rc = pump_out(net, &o);
     if (tx && rc == RUCCL_OK && !out_pending(&o)) { /* all of it is the kernel's: a boundary again */
       int mid = TX_MESSAGE;
@@ -669,16 +811,18 @@ static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *i
     }
     if (rc == RUCCL_OK && in_pending(&in)) rc = pump_in(net, &in);
     if (rc != RUCCL_OK) return rc;
-    int out_busy = out_pending(&o);
-    int in_busy = in_pending(&in);
+    int out_busy = o.awaiting || out_pending(&o);
+    int in_busy = in.awaiting || in_pending(&in);
     if (!out_busy && !in_busy) return RUCCL_OK;
     int progress = o.hdr_done + o.done + in.hdr_done + in.done != before;
     int64_t now = 0;
     if ((spins & 255) == 0 || !progress) {
       now = ruccl_now_ns();
       if (now >= deadline_ns)
-        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d: no answer within the timeout of %lld ms",
-                          net->me, in_busy ? in.node : o.node, (long long)net->timeout_ms);
+        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u timed out waiting for node %d: %s within the timeout of %lld ms",
+                          net->me, in_busy ? in.node : o.node,
+                          (in_busy ? in.awaiting : o.awaiting) ? "it did not connect" : "no answer",
+                          (long long)net->timeout_ms);
       rc = ruccl_net_session_state(net);
       if (rc == RUCCL_OK && ((spins & 255) == 0 || slept)) rc = check_shm_sockets(net, &o, out_busy, &in, in_busy);
       slept = 0;
@@ -721,13 +865,14 @@ static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *i
     if (spinning) continue;
     struct pollfd p[2];
     int np = 0;
-    if (out_busy) p[np++] = (struct pollfd){.fd = o.fd, .events = POLLOUT};
-    if (in_busy) {
+    if (out_busy && !o.awaiting) p[np++] = (struct pollfd){.fd = o.fd, .events = POLLOUT};
+    if (in_busy && !in.awaiting) {
       if (np && p[0].fd == in.fd) p[0].events |= POLLIN;
       else p[np++] = (struct pollfd){.fd = in.fd, .events = POLLIN};
     }
     int64_t left_ms = (deadline_ns - now) / 1000000 + 1;
-    int r = poll(p, (nfds_t)np, left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS);
+    int slice = o.awaiting || in.awaiting ? 1 : POLL_SLICE_MS; /* a link appears without a wake-up */
+    int r = poll(p, (nfds_t)np, left_ms < slice ? (int)left_ms : slice);
     if (r < 0 && errno != EINTR) return ruccl_fail(RUCCL_ERR_IO, "poll: %s", strerror(errno));
   }
 }
