@@ -22,7 +22,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "hierarchy.h"
-#include "net/transport_tcp.h"
+#include "net/session.h"
 #include "rank.h"
 #include "testing.h"
 
@@ -792,16 +792,18 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   ruccl_result_t rc = ruccl_group_status(g);
   if (rc != RUCCL_OK) return rc;
 
+  ruccl_inproc_port_t port = {.t = &g->inproc, .index = c->index, .cancel = &g->cancel, .finished = g->finished,
+                              .names = g->peer_ids_store, .timeout_ms = &c->timeout_ms};
   ruccl_team_t team = {
       .ops = &ruccl_inproc_ops,
-      .endpoint = c,
+      .endpoint = &port,
       .n = g->n,
       .me = c->index,
       .members = NULL,
       .deadline_ns = ruccl_deadline_after_ms(ruccl_comm_timeout(c)),
   };
   ruccl_team_t net_team = {
-      .ops = &ruccl_tcp_ops,
+      .ops = ruccl_session_transport(),
       .endpoint = g->net,
       .n = g->num_nodes,
       .me = g->node_index,

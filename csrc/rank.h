@@ -40,8 +40,10 @@ struct ruccl_group {
   atomic_int refs;   /* registry + comms + pending registrants */
   atomic_int reset;  /* ruccl_reset() was called: old handles are stale */
   atomic_int broken; /* a failure in the middle of a collective: the session is unusable */
-  char broken_why[256]; /* written once (under inproc.mu) before broken is set; or why registration failed */
-  int break_code;       /* the first break's code, claimed with broken_why (under inproc.mu; 0: none yet) */
+  char broken_why[256]; /* written once (under break_mu) before broken is set; or why registration failed */
+  int break_code;       /* the first break's code, claimed with broken_why (under break_mu; 0: none yet) */
+  pthread_mutex_t break_mu;
+  ruccl_cancel_t cancel; /* reset, broken and broken_why, as the transports watch them */
   atomic_int *finished; /* by peer index */
   uint32_t *peer_ids_store; /* by peer index, filled when complete */
 
@@ -89,7 +91,7 @@ void ruccl_group_ref(ruccl_group_t *g);
 void ruccl_group_unref(ruccl_group_t *g);
 
 /* The error a wait of this group must return now, or RUCCL_OK. */
-ruccl_result_t ruccl_group_status(const ruccl_group_t *g);
+static inline ruccl_result_t ruccl_group_status(const ruccl_group_t *g) { return ruccl_cancel_state(&g->cancel); }
 void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code);
 
 /* A buffer of at least `bytes` owned by the comm, kept between calls. */

@@ -17,7 +17,6 @@
 #include "error.h"
 #include "rank.h"
 #include "net/session.h"
-#include "net/transport_tcp.h"
 #include "device/device.h"
 #include "device/path.h"
 #include "testing.h"
@@ -52,6 +51,8 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
   atomic_init(&g->refs, 1); /* the registry's */
   atomic_init(&g->reset, 0);
   atomic_init(&g->broken, 0);
+  pthread_mutex_init(&g->break_mu, NULL);
+  g->cancel = (ruccl_cancel_t){.reset = &g->reset, .broken = &g->broken, .broken_why = g->broken_why};
   ruccl_cond_init_monotonic(&g->registered);
   return g;
 }
@@ -90,19 +91,6 @@ static void registry_remove(ruccl_group_t *g) {
   group_unref(g);
 }
 
-ruccl_result_t ruccl_group_status(const ruccl_group_t *g) {
-  if (atomic_load(&g->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
-  /* broken_why is written once, before the store that sets broken: reading it
-     after seeing broken needs no lock (and must take none: waiters call this while
-     holding the transport's mutex). */
-  int broken = atomic_load(&g->broken);
-  if (broken) {
-    ruccl_set_last_error(g->broken_why);
-    return (ruccl_result_t)broken;
-  }
-  return RUCCL_OK;
-}
-
 void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
   if (code == RUCCL_ERR_RESET) { /* reset already marks the group: only wake the waiters */
     ruccl_inproc_wake(&g->inproc);
@@ -111,18 +99,18 @@ void ruccl_group_break(ruccl_group_t *g, ruccl_result_t code) {
   }
   /* The first break names the cause and the code (telling the other nodes takes up
      to a second, during which their own notices may come back here). */
-  pthread_mutex_lock(&g->inproc.mu);
+  pthread_mutex_lock(&g->break_mu);
   if (!g->break_code) {
     g->break_code = (int)code;
     snprintf(g->broken_why, sizeof g->broken_why, "%s", ruccl_last_error());
   }
   code = (ruccl_result_t)g->break_code;
-  pthread_mutex_unlock(&g->inproc.mu);
-  if (g->net) ruccl_net_abort(g->net, code); /* the other nodes stop with the same code */
-  pthread_mutex_lock(&g->inproc.mu);
+  pthread_mutex_unlock(&g->break_mu);
+  if (g->net) ruccl_session_transport()->abort(g->net, code); /* the other nodes stop with the same code */
+  pthread_mutex_lock(&g->break_mu);
   if (atomic_load(&g->broken) == 0) atomic_store(&g->broken, (int)code);
-  pthread_cond_broadcast(&g->inproc.cv);
-  pthread_mutex_unlock(&g->inproc.mu);
+  pthread_mutex_unlock(&g->break_mu);
+  ruccl_inproc_wake(&g->inproc); /* after the store: a sleeper sees it or is woken */
   for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
 }
 
@@ -333,7 +321,7 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
       pthread_mutex_lock(&registry_mu);
       if (rc == RUCCL_OK) {
         g->net = net; /* under the lock ruccl_reset reads it with */
-        if (atomic_load(&g->reset)) ruccl_net_abort(net, RUCCL_ERR_PEER_LOST); /* reset came meanwhile */
+        if (atomic_load(&g->reset)) ruccl_session_transport()->abort(net, RUCCL_ERR_PEER_LOST); /* reset came meanwhile */
         g->net_state = 2;
       } else {
         g->net_state = -(int)rc;
@@ -427,14 +415,12 @@ void ruccl_reset(void) {
   while (registry_head) {
     ruccl_group_t *g = registry_head;
     atomic_store(&g->reset, 1);
-    if (g->net) ruccl_net_abort(g->net, RUCCL_ERR_PEER_LOST);
+    if (g->net) ruccl_session_transport()->abort(g->net, RUCCL_ERR_PEER_LOST);
     pthread_cond_broadcast(&g->registered);
     /* hold a reference while waking: registry_remove may drop the last one */
     atomic_fetch_add(&g->refs, 1);
     registry_remove(g);
-    pthread_mutex_lock(&g->inproc.mu);
-    pthread_cond_broadcast(&g->inproc.cv);
-    pthread_mutex_unlock(&g->inproc.mu);
+    ruccl_inproc_wake(&g->inproc);
     for (unsigned i = 0; i < g->n; i++) ruccl_mailbox_wake(&g->mail[i]);
     group_unref(g);
   }

@@ -1,10 +1,26 @@
 /* team.c — maps an algorithm's team positions onto global peer indices and hands
-   each step to the team's transport. */
+   each step to the team's transport; the clock and the cancel state every
+   transport's waits share. */
 #include <stdint.h>
 #include <time.h>
 
+#include "cancel.h"
+#include "error.h"
 #include "testing.h"
 #include "transport.h"
+
+ruccl_result_t ruccl_cancel_state(const ruccl_cancel_t *c) {
+  if (atomic_load(c->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
+  /* broken_why is written once, before the store that sets broken: reading it
+     after seeing broken needs no lock (and must take none: waiters call this while
+     holding a transport's mutex). */
+  int broken = atomic_load(c->broken);
+  if (broken) {
+    ruccl_set_last_error(c->broken_why);
+    return (ruccl_result_t)broken;
+  }
+  return RUCCL_OK;
+}
 
 int64_t ruccl_now_ns(void) {
   struct timespec ts;

@@ -36,10 +36,15 @@ typedef struct {
   int p2p;
 } ruccl_xfer_t;
 
+/* A transport, over an endpoint only it knows the type of. */
 typedef struct ruccl_transport_ops {
   const char *name;
-  /* peer_a / peer_b are global peer indices (the team has mapped them). */
+  /* One step; send_peer / recv_peer are the endpoint's own peer numbers (the team
+     has mapped them). */
   ruccl_result_t (*xfer)(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns);
+  /* The session stops (its cancel state says so already, or code says why): every
+     wait on this endpoint returns promptly, and the other ends hear code. */
+  void (*abort)(void *endpoint, ruccl_result_t code);
 } ruccl_transport_ops_t;
 
 /* The peers one algorithm runs over: a subset of the session's peers (all of them

@@ -20,7 +20,6 @@
 
 #include "dtype.h"
 #include "error.h"
-#include "rank.h"
 #include "testing.h"
 
 enum { INPROC_EMPTY, INPROC_POSTED, INPROC_READING, INPROC_DONE };
@@ -56,20 +55,22 @@ void ruccl_inproc_wake(ruccl_inproc_t *t) {
   }
 }
 
-static ruccl_result_t blocking_reason(const ruccl_comm_t *c, unsigned peer, int64_t deadline_ns) {
-  ruccl_result_t rc = ruccl_group_status(c->group);
+static int64_t timeout_of(const ruccl_inproc_port_t *p) { return __atomic_load_n(p->timeout_ms, __ATOMIC_RELAXED); }
+
+static ruccl_result_t blocking_reason(const ruccl_inproc_port_t *p, unsigned peer, int64_t deadline_ns) {
+  ruccl_result_t rc = ruccl_cancel_state(p->cancel);
   if (rc != RUCCL_OK) return rc;
-  if (atomic_load(&c->group->finished[peer]))
+  if (atomic_load(&p->finished[peer]))
     return ruccl_fail(RUCCL_ERR_PEER_FINISHED, "peer %u is waiting for peer %u, which has finished its session",
-                      c->peer_id, c->group->peer_ids_store[peer]);
+                      p->names[p->index], p->names[peer]);
   if (ruccl_now_ns() >= deadline_ns)
-    return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u: no answer within the timeout of %lld ms", c->peer_id,
-                      c->group->peer_ids_store[peer], (long long)ruccl_comm_timeout(c));
+    return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u timed out waiting for peer %u: no answer within the timeout of %lld ms",
+                      p->names[p->index], p->names[peer], (long long)timeout_of(p));
   return RUCCL_OK;
 }
 
 /* Waits until ch->state == want, or returns why it cannot. */
-static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *ch, int want, unsigned peer,
+static ruccl_result_t wait_state(const ruccl_inproc_port_t *p, ruccl_inproc_channel_t *ch, int want, unsigned peer,
                                  int64_t deadline_ns) {
   if (atomic_load(&ch->state) == want) return RUCCL_OK;
   int64_t spin_until = ruccl_now_ns() + RUCCL_SPIN_NS;
@@ -81,11 +82,10 @@ static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *
       sched_yield();
     }
   }
-  ruccl_inproc_t *t = &c->group->inproc;
-  const ruccl_group_t *g = c->group;
+  ruccl_inproc_t *t = p->t;
   for (;;) {
     if (atomic_load(&ch->state) == want) return RUCCL_OK;
-    ruccl_result_t rc = blocking_reason(c, peer, deadline_ns);
+    ruccl_result_t rc = blocking_reason(p, peer, deadline_ns);
     /* The peer may have delivered and then finished between our two loads: its
        delivery is stored before its finish, so a second look is conclusive. */
     if (rc != RUCCL_OK) return atomic_load(&ch->state) == want ? RUCCL_OK : rc;
@@ -94,8 +94,8 @@ static ruccl_result_t wait_state(const ruccl_comm_t *c, ruccl_inproc_channel_t *
     struct timespec ts = {.tv_sec = wake / 1000000000, .tv_nsec = wake % 1000000000};
     pthread_mutex_lock(&t->mu);
     atomic_fetch_add(&t->sleepers, 1);
-    if (atomic_load(&ch->state) != want && !atomic_load(&g->reset) && !atomic_load(&g->broken) &&
-        !atomic_load(&g->finished[peer])) {
+    if (atomic_load(&ch->state) != want && !atomic_load(p->cancel->reset) && !atomic_load(p->cancel->broken) &&
+        !atomic_load(&p->finished[peer])) {
       ruccl_testing_blocking(1);
       pthread_cond_timedwait(&t->cv, &t->mu, &ts);
       ruccl_testing_blocking(-1);
@@ -117,12 +117,12 @@ static void retract(ruccl_inproc_t *t, ruccl_inproc_channel_t *ch) {
   ruccl_inproc_wake(t);
 }
 
-static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsigned from, int64_t deadline_ns) {
-  ruccl_inproc_t *t = &c->group->inproc;
-  ruccl_inproc_channel_t *ch = &t->channels[(size_t)from * t->n + c->index];
+static ruccl_result_t receive(const ruccl_inproc_port_t *p, const ruccl_xfer_t *x, unsigned from, int64_t deadline_ns) {
+  ruccl_inproc_t *t = p->t;
+  ruccl_inproc_channel_t *ch = &t->channels[(size_t)from * t->n + p->index];
   ruccl_testing_pause();
   for (;;) {
-    ruccl_result_t rc = wait_state(c, ch, INPROC_POSTED, from, deadline_ns);
+    ruccl_result_t rc = wait_state(p, ch, INPROC_POSTED, from, deadline_ns);
     if (rc != RUCCL_OK) return rc;
     int expected = INPROC_POSTED;
     if (atomic_compare_exchange_strong(&ch->state, &expected, INPROC_READING)) break;
@@ -130,12 +130,12 @@ static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsi
   }
   ruccl_result_t rc = RUCCL_OK;
   if (ch->p2p != x->p2p) {
-    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected a %s message from peer %u, got a %s one", c->peer_id,
-                    x->p2p ? "point-to-point" : "collective", c->group->peer_ids_store[from],
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected a %s message from peer %u, got a %s one", p->names[p->index],
+                    x->p2p ? "point-to-point" : "collective", p->names[from],
                     ch->p2p ? "point-to-point" : "collective");
   } else if (ch->bytes != x->recv_bytes) {
-    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected %zu bytes from peer %u, got %zu", c->peer_id,
-                    x->recv_bytes, c->group->peer_ids_store[from], ch->bytes);
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "peer %u expected %zu bytes from peer %u, got %zu", p->names[p->index],
+                    x->recv_bytes, p->names[from], ch->bytes);
   } else if (x->recv_bytes) {
     if (x->reduce_local) {
       size_t count = x->recv_bytes / ruccl_dtype_size(x->dtype);
@@ -150,11 +150,11 @@ static ruccl_result_t receive(const ruccl_comm_t *c, const ruccl_xfer_t *x, unsi
 }
 
 static ruccl_result_t inproc_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns) {
-  const ruccl_comm_t *c = endpoint;
-  ruccl_inproc_t *t = &c->group->inproc;
+  const ruccl_inproc_port_t *p = endpoint;
+  ruccl_inproc_t *t = p->t;
   ruccl_inproc_channel_t *out = NULL;
   if (x->send_peer != RUCCL_NO_PEER) {
-    out = &t->channels[(size_t)c->index * t->n + (unsigned)x->send_peer];
+    out = &t->channels[(size_t)p->index * t->n + (unsigned)x->send_peer];
     out->ptr = x->send_buf;
     out->bytes = x->send_bytes;
     out->p2p = x->p2p;
@@ -162,9 +162,9 @@ static ruccl_result_t inproc_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t
     ruccl_inproc_wake(t);
   }
   ruccl_result_t rc = RUCCL_OK;
-  if (x->recv_peer != RUCCL_NO_PEER) rc = receive(c, x, (unsigned)x->recv_peer, deadline_ns);
+  if (x->recv_peer != RUCCL_NO_PEER) rc = receive(p, x, (unsigned)x->recv_peer, deadline_ns);
   if (out) {
-    if (rc == RUCCL_OK) rc = wait_state(c, out, INPROC_DONE, (unsigned)x->send_peer, deadline_ns);
+    if (rc == RUCCL_OK) rc = wait_state(p, out, INPROC_DONE, (unsigned)x->send_peer, deadline_ns);
     if (rc == RUCCL_OK) {
       atomic_store(&out->state, INPROC_EMPTY);
     } else {
@@ -174,7 +174,14 @@ static ruccl_result_t inproc_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t
   return rc;
 }
 
+/* The cancel state already says why: the sleepers only need to look. */
+static void inproc_abort(void *endpoint, ruccl_result_t code) {
+  (void)code;
+  ruccl_inproc_wake(((const ruccl_inproc_port_t *)endpoint)->t);
+}
+
 const ruccl_transport_ops_t ruccl_inproc_ops = {
     .name = "inproc",
     .xfer = inproc_xfer,
+    .abort = inproc_abort,
 };

@@ -129,10 +129,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   memcpy(net->secret, cfg->secret, cfg->secret_len);
   net->secret_len = cfg->secret_len;
   net->timeout_ms = cfg->timeout_ms;
-  net->reset = &g->reset;
+  net->cancel = &g->cancel;
   net->bootstrap = bootstrap;
-  net->broken = &g->broken;
-  net->broken_why = g->broken_why;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
   if (rc != RUCCL_OK) {
     free(net);
@@ -191,3 +189,5 @@ void ruccl_session_close(ruccl_group_t *g, int finished) {
   free(g->net);
   g->net = NULL;
 }
+
+const ruccl_transport_ops_t *ruccl_session_transport(void) { return &ruccl_tcp_ops; }

@@ -3,6 +3,7 @@
 #define RUCCL_SESSION_H
 
 #include "ruccl.h"
+#include "../transport.h"
 
 struct ruccl_group;
 struct ruccl_net;
@@ -11,5 +12,7 @@ struct ruccl_net;
 ruccl_result_t ruccl_session_connect(struct ruccl_group *g, struct ruccl_net **net);
 /* finished: tell the other nodes this one finished (else it just goes away). */
 void ruccl_session_close(struct ruccl_group *g, int finished);
+/* The transport between the nodes; its endpoint is the session's net. */
+const ruccl_transport_ops_t *ruccl_session_transport(void);
 
 #endif

@@ -652,14 +652,9 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
 }
 
 ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net) {
-  if (net->reset && atomic_load(net->reset)) return ruccl_fail(RUCCL_ERR_RESET, "ruccl_reset() discarded this session");
-  int broken = net->broken ? atomic_load(net->broken) : 0;
-  if (broken) { /* its cause was written before the flag */
-    if (net->broken_why && net->broken_why[0]) {
-      ruccl_set_last_error(net->broken_why);
-      return (ruccl_result_t)broken;
-    }
-    return ruccl_fail((ruccl_result_t)broken, "the session failed on this node");
+  if (net->cancel) {
+    ruccl_result_t rc = ruccl_cancel_state(net->cancel);
+    if (rc != RUCCL_OK) return rc;
   }
   int code = atomic_load(&net->abort_code); /* this node is stopping the session (the flag above follows) */
   if (code != RUCCL_OK && atomic_load(&net->aborted))
@@ -877,7 +872,10 @@ static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *i
   }
 }
 
+static void net_abort_op(void *endpoint, ruccl_result_t code) { ruccl_net_abort(endpoint, code); }
+
 const ruccl_transport_ops_t ruccl_tcp_ops = {
     .name = "tcp",
     .xfer = net_xfer,
+    .abort = net_abort_op,
 };

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../cancel.h"
 #include "../transport.h"
 #include "bootstrap_wire.h"
 #include "shm_link.h"
@@ -49,8 +50,7 @@ typedef struct ruccl_net {
   atomic_int aborted; /* the sockets were shut down */
   atomic_int abort_code; /* why this node shut them (set before aborted) */
   atomic_int *tx;     /* by node, a TCP data socket's writer: TX_IDLE, TX_MESSAGE (part of one sent), TX_CLOSED */
-  const atomic_int *reset, *broken; /* the group's state, checked while waiting */
-  const char *broken_why;           /* the group's: why it broke, written before *broken */
+  const ruccl_cancel_t *cancel; /* the session's state, checked while waiting */
   char group[RUCCL_MAX_GROUP_NAME];
   unsigned char secret[RUCCL_MAX_SECRET];
   size_t secret_len;
