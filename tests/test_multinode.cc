@@ -591,6 +591,32 @@ TEST(MultiNode, StrangersOnADataPortAreRefusedWithoutDisturbingTheSession) {
   EXPECT_EQ(std::vector<int>({0, 0}), wait_all({a, b}));
 }
 
+// Connections that open a node's data port and say nothing hold a handshake slot
+// each (15 s), never the port: the node's set-up links and the ones made on first use
+// (trees of every root) come in beside them.  Served one at a time, 8 silent strangers
+// would hold it for two minutes.
+TEST(MultiNode, SilentStrangersDoNotHoldUpTheDataPort) {
+  Orchestrator orch;
+  int port = free_port();
+  const unsigned n = 6;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (unsigned k = 0; k < n; k++)  // node 1 (peer 1) listens on port
+    pids.push_back(spawn_node({orch.address(), std::to_string(n), "silent", std::to_string(k), "all", "tree",
+                               k == 1 ? std::to_string(port) : "0"}));
+  std::vector<int> strangers;
+  int64_t until = ruccl_now_ns() + 5000LL * 1000000;
+  while (strangers.size() < 8 && ruccl_now_ns() < until) {
+    int fd;
+    if (ruccl_tcp_connect("127.0.0.1", port, ruccl_now_ns() + 100000000, &fd) == RUCCL_OK) strangers.push_back(fd);
+  }
+  EXPECT_EQ(8u, strangers.size());
+  EXPECT_EQ(std::vector<int>(n, 0), wait_all(pids));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 14.0) << "the session waited for the strangers' handshakes";
+  for (int fd : strangers) close(fd);
+}
+
 TEST(MultiNode, DataPortInUseIsAnIoError) {
   Orchestrator orch;
   ruccl_config_t cfg = ruccl_config_default();

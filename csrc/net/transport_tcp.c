@@ -233,55 +233,132 @@ static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *
          ruccl_frame_recv(fd, type, buf, (uint32_t)cap, len, deadline_ns) == RUCCL_OK;
 }
 
-/* Set-up: takes connections until every higher set-up neighbour has linked.
-   Anything else is closed (a node ahead of this one may already link for an
-   algorithm or open a stream: taken too). */
-static ruccl_result_t accept_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
-  unsigned want = 0;
-  for (unsigned k = net->me + 1; k < net->num_nodes; k++) want += setup_pair(net->me, k, net->num_nodes);
-  while (want) {
-    int fd;
-    ruccl_result_t rc = ruccl_tcp_accept(net->listen_fd, deadline_ns, &fd);
-    if (rc != RUCCL_OK) return rc;
-    int64_t hs_deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS;
-    if (hs_deadline > deadline_ns) hs_deadline = deadline_ns;
-    unsigned char first[256];
-    uint16_t type = 0;
-    uint32_t len = 0;
-    int node = -1;
-    if (first_frame(net, fd, hs_deadline, &type, first, sizeof first, &len) &&
-        take_connection(net, fd, type, first, len, hs_deadline, &node)) {
-      if (node >= 0 && setup_pair(net->me, (unsigned)node, net->num_nodes)) want--;
+/* ---- the data port ----------------------------------------------------------------
+ *
+ * A thread of its own accepts every connection and hands it to a handshake thread
+ * (at most RUCCL_PORT_HANDSHAKES at once, each within SETUP_HANDSHAKE_NS; with every
+ * slot taken, connections wait in the listen queue), so that a stranger that
+ * connects and says nothing holds one slot, never the port: the links of set-up and
+ * the ones made later, and the point-to-point streams, come in beside it.  Stopping
+ * shuts the sockets still in their handshake and waits for their threads. */
+
+typedef struct {
+  ruccl_net_t *net;
+  int fd;
+  int slot;
+} handshake_t;
+
+static void *handshake_main(void *arg) {
+  handshake_t h = *(handshake_t *)arg;
+  free(arg);
+  ruccl_net_t *net = h.net;
+  int64_t deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS; /* a crowded host's node may be slow */
+  unsigned char first[256];
+  uint16_t type = 0;
+  uint32_t len = 0;
+  int node = -1;
+  int taken = first_frame(net, h.fd, deadline, &type, first, sizeof first, &len) &&
+              take_connection(net, h.fd, type, first, len, deadline, &node);
+  pthread_mutex_lock(&net->port_mu);
+  net->port_fds[h.slot] = -1; /* before the close below: stop_port never shuts a reused number */
+  pthread_mutex_unlock(&net->port_mu);
+  if (!taken) {
+    /* after the handshake: a stranger learns nothing, a wrong secret learns it is wrong */
+    ruccl_log(1, "node %u: refused a connection on the data port (not a node of this session)", net->me);
+    close(h.fd);
+  }
+  OPENSSL_thread_stop();
+  pthread_mutex_lock(&net->port_mu);
+  net->port_busy--;
+  pthread_cond_broadcast(&net->port_cv);
+  pthread_mutex_unlock(&net->port_mu);
+  return NULL;
+}
+
+static void *port_main(void *arg) {
+  ruccl_net_t *net = arg;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  for (;;) {
+    pthread_mutex_lock(&net->port_mu);
+    int full = net->port_busy >= RUCCL_PORT_HANDSHAKES;
+    pthread_mutex_unlock(&net->port_mu);
+    if (full) { /* the next connections wait in the listen queue until a slot frees */
+      struct pollfd w = {.fd = net->wake[0], .events = POLLIN};
+      if (poll(&w, 1, 10) == 1) break;
       continue;
     }
-    ruccl_log(1, "node %u: refused a connection on the data port (not an expected node)", net->me);
-    close(fd);
+    int fd = ruccl_accept_until_woken(net->listen_fd, net->wake[0]);
+    if (fd < 0) break;
+    pthread_mutex_lock(&net->port_mu);
+    int slot = -1;
+    for (int i = 0; i < RUCCL_PORT_HANDSHAKES && slot < 0; i++)
+      if (net->port_fds[i] < 0) slot = i;
+    handshake_t *h = slot >= 0 ? malloc(sizeof *h) : NULL;
+    pthread_t t;
+    if (h) *h = (handshake_t){net, fd, slot};
+    if (h && pthread_create(&t, &attr, handshake_main, h) == 0) {
+      net->port_fds[slot] = fd;
+      net->port_busy++;
+    } else {
+      free(h);
+      ruccl_log(1, "node %u: refused a connection on the data port (no thread for its handshake)", net->me);
+      close(fd);
+    }
+    pthread_mutex_unlock(&net->port_mu);
   }
+  pthread_attr_destroy(&attr);
+  return NULL;
+}
+
+static ruccl_result_t start_port(ruccl_net_t *net) {
+  pthread_mutex_init(&net->port_mu, NULL);
+  pthread_cond_init(&net->port_cv, NULL);
+  for (int i = 0; i < RUCCL_PORT_HANDSHAKES; i++) net->port_fds[i] = -1;
+  net->port_busy = 0;
+  net->port_ready = 1;
+  if (pipe2(net->wake, O_CLOEXEC) != 0) return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
+  if (pthread_create(&net->guard, NULL, port_main, net) != 0) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "data port thread");
+  net->guard_running = 1;
   return RUCCL_OK;
 }
 
-static void *guard_main(void *arg) {
-  ruccl_net_t *net = arg;
-  for (;;) {
-    int fd = ruccl_accept_until_woken(net->listen_fd, net->wake[0]);
-    if (fd < 0) {
-      OPENSSL_thread_stop();
-      return NULL;
+/* No connection is taken from here on: the port thread stops, the handshakes under
+   way are cut short and their threads finish. */
+static void stop_port(ruccl_net_t *net) {
+  if (net->guard_running) {
+    char b = 1;
+    if (write(net->wake[1], &b, 1) != 1) {
     }
-    /* The session is set up: a node of it linking for an algorithm or opening a
-       point-to-point stream is taken; anyone else is refused (after the handshake,
-       so that a stranger learns nothing but a wrong secret learns it is wrong). */
-    int64_t deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS; /* a crowded host's node may be slow */
-    unsigned char first[256];
-    uint16_t type = 0;
-    uint32_t len = 0;
-    int node = -1;
-    if (first_frame(net, fd, deadline, &type, first, sizeof first, &len) &&
-        take_connection(net, fd, type, first, len, deadline, &node))
-      continue;
-    ruccl_log(1, "node %u: refused a connection on the data port during the session", net->me);
-    close(fd);
+    pthread_join(net->guard, NULL);
+    net->guard_running = 0;
   }
+  if (!net->port_ready) return;
+  pthread_mutex_lock(&net->port_mu);
+  for (int i = 0; i < RUCCL_PORT_HANDSHAKES; i++)
+    if (net->port_fds[i] >= 0) shutdown(net->port_fds[i], SHUT_RDWR);
+  while (net->port_busy) pthread_cond_wait(&net->port_cv, &net->port_mu);
+  pthread_mutex_unlock(&net->port_mu);
+  pthread_mutex_destroy(&net->port_mu);
+  pthread_cond_destroy(&net->port_cv);
+  net->port_ready = 0;
+}
+
+/* Set-up: waits until every higher set-up neighbour has linked (through the port). */
+static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
+  for (unsigned k = net->me + 1; k < net->num_nodes; k++) {
+    if (!setup_pair(net->me, k, net->num_nodes)) continue;
+    for (unsigned naps = 0; link_fd(net, k) < 0; naps++) {
+      ruccl_result_t rc = ruccl_net_session_state(net);
+      if (rc != RUCCL_OK) return rc;
+      if (ruccl_now_ns() >= deadline_ns)
+        return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u: node %u did not connect within the timeout", net->me, k);
+      struct timespec nap = {0, naps < 100 ? 100000 : 2000000};
+      nanosleep(&nap, NULL);
+    }
+  }
+  return RUCCL_OK;
 }
 
 /* How this node waits on shared memory.  A host with no more of the session's
@@ -336,21 +413,18 @@ ruccl_result_t ruccl_net_prepare(ruccl_net_t *net, const ruccl_table_t *table, u
 
 ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, int64_t deadline_ns) {
   unsigned me = net->me;
+  ruccl_result_t rc = start_port(net); /* the higher nodes dial in while this one dials out */
+  if (rc != RUCCL_OK) return rc;
   for (unsigned j = 0; j < me; j++) {
     if (!setup_pair(me, j, net->num_nodes)) continue;
-    ruccl_result_t rc = dial_node(net, j, deadline_ns);
+    rc = dial_node(net, j, deadline_ns);
     if (rc != RUCCL_OK) return rc;
     ruccl_log(2, "node %u: connected to node %u at %s:%u", me, j, net->nodes[j].address, net->nodes[j].port);
   }
-  ruccl_result_t rc = accept_setup_links(net, deadline_ns);
+  rc = await_setup_links(net, deadline_ns);
   if (rc != RUCCL_OK) return ruccl_fail(rc, "node %u: not every higher node connected: %s", me, ruccl_last_error());
-  if (pipe2(net->wake, O_CLOEXEC) != 0) return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
-  if (pthread_create(&net->guard, NULL, guard_main, net) != 0)
-    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "data port guard thread");
-  net->guard_running = 1;
   return RUCCL_OK;
 }
-
 
 void ruccl_net_abort(ruccl_net_t *net, ruccl_result_t code) {
   if (!net->fds) return;
@@ -447,13 +521,7 @@ static void finish_links(ruccl_net_t *net) {
 }
 
 void ruccl_net_close(ruccl_net_t *net, int finished) {
-  if (net->guard_running) { /* no stream opens from here on */
-    char b = 1;
-    if (write(net->wake[1], &b, 1) != 1) {
-    }
-    pthread_join(net->guard, NULL);
-    net->guard_running = 0;
-  }
+  stop_port(net); /* no link or stream opens from here on */
   ruccl_p2p_net_close(net, finished);
   if (finished) finish_links(net);
   for (unsigned i = 0; net->fds && i < net->num_nodes; i++) {

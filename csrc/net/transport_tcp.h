@@ -28,6 +28,9 @@ typedef struct {
   char host[RUCCL_WIRE_HOST_BYTES];
 } ruccl_node_addr_t;
 
+/* Connections to the data port in their handshake at once; more wait to be accepted. */
+#define RUCCL_PORT_HANDSHAKES 32
+
 typedef struct ruccl_net {
   unsigned num_nodes, me;
   ruccl_node_addr_t *nodes; /* by node index */
@@ -44,8 +47,12 @@ typedef struct ruccl_net {
   int data_port;
   int orchestrator_fd;   /* the rendezvous handle (the orchestrator's socket) */
   const void *bootstrap; /* the ruccl_bootstrap_t that joined, to leave through */
-  pthread_t guard; /* accepts and drops connections after the session is set up */
+  pthread_t guard; /* the data port's thread: accepts, hands each connection to a handshake thread */
   int guard_running;
+  pthread_mutex_t port_mu; /* the handshakes under way */
+  pthread_cond_t port_cv;
+  int port_ready, port_busy;
+  int port_fds[RUCCL_PORT_HANDSHAKES]; /* their sockets, -1: a free slot */
   int wake[2];
   atomic_int aborted; /* the sockets were shut down */
   atomic_int abort_code; /* why this node shut them (set before aborted) */

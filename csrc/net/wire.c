@@ -133,6 +133,13 @@ int ruccl_accept_until_woken(int listen_fd, int wake_fd) {
     if (p[1].revents) return -1;
     if (!(p[0].revents & POLLIN)) continue;
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+      /* out of descriptors or memory: the connection stays queued; back off instead
+         of spinning on it (woken all the same) */
+      struct pollfd w = {.fd = wake_fd, .events = POLLIN};
+      if (poll(&w, 1, 50) == 1) return -1;
+      continue;
+    }
     if (fd < 0) continue;
     tune(fd);
     return fd;
