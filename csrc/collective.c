@@ -40,6 +40,7 @@ typedef struct {
   char detail[DETAIL_MAX];
   ruccl_path_facts_t facts;     /* where this peer's tensors are (device/path.h) */
   int32_t nccl_stale;           /* this peer's NCCL communicator is for another GPU */
+  uint32_t fuse_bytes;          /* this node's input follows the descriptor (fuse_t), 0: not */
   ruccl_buffer_ptrs_t buffers;  /* and their addresses (used within one process only) */
 } coll_desc_t;
 
@@ -52,8 +53,24 @@ typedef struct {
   int32_t nccl_new;   /* NCCL path: connect with the id in the extras first */
   int32_t sliced;     /* host-staged path: in slices (execute_sliced) */
   int32_t extras;     /* a coll_extras_t follows the verdict */
+  int32_t fused;      /* node 0 reduced the inputs that came with the descriptors: the result follows */
   char message[VERDICT_MAX];
 } coll_verdict_t;
+
+/* A small all-reduce between nodes of one peer each rides with the agreement: every
+   node sends its input right after its descriptor, node 0 reduces the inputs once
+   every descriptor agrees (in node order, as the centralized algorithm does, so the
+   bits are the same), and the result follows the verdict.  One exchange with node 0
+   instead of the agreement's and then the algorithm's.  A verdict against the call
+   (or a node that could not fuse) leaves every output as it was: the inputs that
+   came along are dropped. */
+#define FUSE_MAX_BYTES 4096
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t bytes;
+  const ruccl_args_t *args;
+} fuse_t;
 
 /* What follows a verdict only when the path changed or NCCL connects: the verdict
    itself stays small, for it travels with every collective. */
@@ -397,9 +414,23 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
    *transport_failed is set).  The verdict goes to *out; the judge also gets every
    descriptor, by global index, in *all_out (NULL elsewhere).  vote: the round only
    collects local errors (after an NCCL launch), without choosing a path. */
+/* Node 0: reduces the inputs that came with the descriptors into fuse->dst, in node
+   order (inputs: node k's at k * FUSE_MAX_BYTES), as the centralized all-reduce would. */
+static void reduce_fused(const ruccl_group_t *g, const fuse_t *fuse, const unsigned char *inputs) {
+  const ruccl_args_t *a = fuse->args;
+  size_t count = fuse->bytes / ruccl_dtype_size(a->dtype);
+  unsigned received = 0, others = g->num_nodes - 1;
+  for (unsigned k = 0; k < g->num_nodes; k++) {
+    if (k == g->node_index) continue;
+    received++;
+    ruccl_reduce_kernel(fuse->dst, received == 1 ? fuse->src : fuse->dst, inputs + (size_t)k * FUSE_MAX_BYTES, count,
+                        a->dtype, a->op, received == others ? a->divisor : 0);
+  }
+}
+
 static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
-                            const coll_desc_t *mine, int vote, coll_verdict_t *out, coll_extras_t *x,
-                            const coll_desc_t **all_out, int *transport_failed) {
+                            const coll_desc_t *mine, int vote, const fuse_t *fuse, coll_verdict_t *out,
+                            coll_extras_t *x, const coll_desc_t **all_out, int *transport_failed) {
   *transport_failed = 1;
   const ruccl_group_t *g = c->group;
   coll_verdict_t *v = out;
@@ -426,15 +457,30 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
     size_t node_bytes = sizeof(coll_desc_t) * n_local;
     if (net && net->me != 0) {
       rc = ruccl_team_send(net, 0, node, node_bytes);
+      if (rc == RUCCL_OK && fuse && mine->fuse_bytes) rc = ruccl_team_send(net, 0, fuse->src, mine->fuse_bytes);
       if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, v, sizeof *v);
       if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(net, 0, x, sizeof *x);
+      if (rc == RUCCL_OK && v->fused && !(fuse && mine->fuse_bytes))
+        rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "node 0 sent a fused result to a node that sent no input");
+      if (rc == RUCCL_OK && v->fused) rc = ruccl_team_recv(net, 0, fuse->dst, fuse->bytes);
       if (rc != RUCCL_OK) return rc;
     } else {
+      unsigned char *inputs = NULL; /* the inputs that came with the descriptors, by node */
       for (unsigned k = 0; k < g->num_nodes; k++) {
         coll_desc_t *from = node;
         if (k != g->node_index) {
           from = incoming;
           rc = ruccl_team_recv(net, (int)k, from, node_bytes);
+          if (rc != RUCCL_OK) return rc;
+          uint32_t fb = n_local == 1 ? from[0].fuse_bytes : 0;
+          if (fb > FUSE_MAX_BYTES || (n_local != 1 && from[0].fuse_bytes))
+            return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u announced %u bytes of input with its descriptor", k,
+                              from[0].fuse_bytes);
+          if (fb && !inputs) {
+            inputs = ruccl_comm_scratch(c, 4, (size_t)g->num_nodes * FUSE_MAX_BYTES);
+            if (!inputs) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "inputs of %u nodes", g->num_nodes);
+          }
+          if (fb) rc = ruccl_team_recv(net, (int)k, inputs + (size_t)k * FUSE_MAX_BYTES, fb);
           if (rc != RUCCL_OK) return rc;
         }
         for (unsigned l = 0; l < n_local; l++) all[g->node_members[k * n_local + l]] = from[l];
@@ -449,11 +495,15 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
         decide_path(c, all, v, x);
         /* every peer has the same last path; a barrier moves no data and keeps it */
         v->extras = v->nccl_new || (all[0].kind != RUCCL_COLL_BARRIER && v->path != c->last_path);
+        v->fused = fuse && inputs && v->path == RUCCL_PATH_HOST;
+        for (unsigned p = 0; v->fused && p < g->n_total; p++) v->fused = all[p].fuse_bytes == fuse->bytes;
+        if (v->fused) reduce_fused(g, fuse, inputs);
       }
       if (all_out) *all_out = all;
       if (net) {
         rc = ruccl_team_send_all(net, v, sizeof *v);
         if (rc == RUCCL_OK && v->extras) rc = ruccl_team_send_all(net, x, sizeof *x);
+        if (rc == RUCCL_OK && v->fused) rc = ruccl_team_send_all(net, fuse->dst, fuse->bytes);
         if (rc != RUCCL_OK) return rc;
       }
     }
@@ -735,6 +785,7 @@ static ruccl_device_call_t device_call(const ruccl_comm_t *c, const ruccl_call_t
 static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
                            const coll_desc_t *desc, ruccl_result_t mine_rc, int *agreed, int *all_failed) {
   coll_desc_t mine = *desc;
+  mine.fuse_bytes = 0; /* no input rides with a vote */
   mine.local_error = (int32_t)mine_rc;
   if (mine_rc != RUCCL_OK) snprintf(mine.detail, sizeof mine.detail, "%s", ruccl_last_error());
   ruccl_team_t vote_local = *local, vote_net;
@@ -746,7 +797,7 @@ static ruccl_result_t vote(ruccl_comm_t *c, const ruccl_team_t *local, const ruc
   coll_verdict_t v;
   coll_extras_t none;
   int transport_failed = 0;
-  ruccl_result_t rc = agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, &v, &none, NULL, &transport_failed);
+  ruccl_result_t rc = agree(c, &vote_local, net ? &vote_net : NULL, &mine, 1, NULL, &v, &none, NULL, &transport_failed);
   *agreed = !transport_failed;
   *all_failed = !transport_failed && v.failures == (int32_t)c->group->n_total;
   return rc;
@@ -821,11 +872,18 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
       snprintf(desc.detail, sizeof desc.detail, "%s", ruccl_last_error());
     }
   }
+  fuse_t fuse = {0};
+  if (desc.local_error == RUCCL_OK && r->kind == RUCCL_COLL_ALL_REDUCE && g->n == 1 && net && prep.staged &&
+      (g->config.global_strategy.kind == RUCCL_STRATEGY_AUTO ||
+       g->config.global_strategy.kind == RUCCL_STRATEGY_CENTRALIZED)) {
+    fuse = (fuse_t){prep.args.src, prep.args.dst, prep.args.count * ruccl_dtype_size(prep.args.dtype), &prep.args};
+    if (fuse.bytes > 0 && fuse.bytes <= FUSE_MAX_BYTES) desc.fuse_bytes = (uint32_t)fuse.bytes;
+  }
   coll_verdict_t verdict;
   coll_extras_t extras;
   const coll_desc_t *all = NULL;
   int transport_failed = 0;
-  rc = agree(c, &team, net, &desc, 0, &verdict, &extras, &all, &transport_failed);
+  rc = agree(c, &team, net, &desc, 0, desc.fuse_bytes ? &fuse : NULL, &verdict, &extras, &all, &transport_failed);
   c->seq++;
   if (rc != RUCCL_OK) {
     /* A verdict leaves the session as it was.  A failed exchange leaves peers blocked
@@ -841,6 +899,13 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
     c->last_path = verdict.path;
   }
   ruccl_testing_path_taken(verdict.path);
+  if (verdict.fused) {
+    ruccl_log(2, "peer %u: all_reduce #%" PRIu64 " of %zu elements with the agreement, reduced by node 0 of %u",
+              c->peer_id, c->seq - 1, prep.args.count, g->num_nodes);
+    rc = prep.writes_out ? stage_out(c, r->out, prep.args.dtype, prep.dst) : RUCCL_OK;
+    if (rc != RUCCL_OK) ruccl_group_break(g, rc);
+    return rc;
+  }
   int usable = 0;
   switch (verdict.path) {
     case RUCCL_PATH_SAME_DEVICE: {

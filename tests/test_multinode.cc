@@ -231,6 +231,26 @@ TEST(MultiNode, NodesLinkToNodeZeroAndRingNeighboursThenWhereUsed) {
   }
 }
 
+// Between nodes of one peer each, an all-reduce of up to 4 KiB rides with the
+// agreement (node 0 reduces the inputs that came with the descriptors) when the
+// strategy between nodes is AUTO or CENTRALIZED; an explicit tree keeps its
+// algorithm.  Every result stays right (every op, every size of "all"), and a shape
+// mismatch leaves every output as it was and the session usable.
+TEST(MultiNode, SmallAllReduceRidesWithTheAgreement) {
+  const std::string fused = "with the agreement, reduced by node 0";
+  for (std::string strategy : {"auto", "centralized", "tree"}) {
+    Orchestrator orch;
+    LoggedNodes nodes(orch, "fused-" + strategy, {"0", "1", "2"}, "all", strategy, "");
+    EXPECT_EQ(std::vector<int>(3, 0), wait_all(nodes.pids)) << nodes.log(1).substr(0, 3000);
+    for (size_t k = 0; k < 3; k++)
+      EXPECT_EQ(strategy != "tree", nodes.log(k).find(fused) != std::string::npos) << strategy << ", node " << k;
+  }
+  Orchestrator orch;
+  LoggedNodes nodes(orch, "fused-mismatch", {"0", "1", "2"}, "mismatch", "auto", "");
+  EXPECT_EQ(std::vector<int>(3, 0), wait_all(nodes.pids)) << nodes.log(1).substr(0, 3000);
+  EXPECT_NE(std::string::npos, nodes.log(2).find(fused)) << "the all-reduce after the mismatch";
+}
+
 TEST(MultiNode, ShapeMismatchIsSeenByEveryPeerAndTheSessionGoesOn) {
   auto codes = run_session({"0,3", "1,2"}, "mismatch", "mismatch");
   EXPECT_EQ(std::vector<int>({0, 0}), codes);
