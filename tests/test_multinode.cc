@@ -780,6 +780,54 @@ TEST(MultiNode, NodesInSeparateNetworkNamespaces) {
 // leaves the session, so that two new nodes of the same group meet as if it never
 // came (before, the first of them joined the dead node's session and the second was
 // refused: "already has a running session").
+// Liveness, for a node cut off from the network (its link down: no FIN, no RST, its
+// connections half open) in the middle of 32 MB all-reduces between three hosts
+// (network namespaces, TCP): every survivor ends with PEER_LOST after the liveness
+// timeout (1.5 s here), well before the collectives' own 20 s, and node 2, the cut
+// node's successor, names it.
+TEST(MultiNode, CutOffNodeIsPeerLostForEverySurvivor) {
+  if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
+  NetnsHosts hosts(3);
+  if (!hosts.ok()) GTEST_SKIP() << "this machine cannot create network namespaces and veth links (ip netns add)";
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
+  Orchestrator orch(hosts.host_address());
+  const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
+  std::vector<std::string> logs;
+  std::vector<pid_t> pids;
+  for (int k = 0; k < 3; k++) {
+    logs.push_back("/tmp/ruccl-test-cutoff-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({orch.address(), "3", "cutoff", ids[k], "big", "ring"}, kSecret, "tcp", logs[k],
+                              hosts.name(k), hosts.address(k)));
+  }
+  auto running = [&] {
+    std::string all = read_file(logs[0]) + read_file(logs[1]) + read_file(logs[2]);
+    for (int id = 0; id < 6; id++)
+      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
+    return true;
+  };
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(running()) << "the peers never reported their all-reduces under way";
+  ASSERT_TRUE(hosts.cut(1));
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int> codes = wait_all({pids[0], pids[2]}, 60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(pids[1], SIGKILL);
+  waitpid(pids[1], nullptr, 0);
+  std::string text = read_file(logs[0]) + read_file(logs[2]);
+  EXPECT_EQ(std::vector<int>({3, 3}), codes)
+      << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
+      << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+  for (int id : {0, 1, 4, 5})
+    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
+        << "peer " << id;
+  EXPECT_NE(std::string::npos, text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+  EXPECT_LT(took, 15.0) << "the survivors waited for the collectives' timeout";
+  if (!getenv("KEEP_LOGS"))
+    for (const auto &l : logs) unlink(l.c_str());
+}
+
 TEST(MultiNode, HalfOpenNodeDoesNotHoldItsGroup) {
   if (geteuid() != 0) GTEST_SKIP() << "creating network namespaces needs root";
   NetnsHosts hosts(1);
