@@ -292,10 +292,32 @@ static void describe(const ruccl_comm_t *c, const ruccl_call_t *r, coll_desc_t *
 
 /* ---- agreement ------------------------------------------------------------------- */
 
+/* Whether a descriptor (another node's: untrusted) holds only what it may: values in
+   their enums' ranges, a rank the shape arrays hold, a terminated detail.  A peer
+   that reports a local error (a bad argument of its caller's, an op out of range
+   say) is judged by that alone.  Returns what is wrong, or NULL. */
+static const char *malformed(const coll_desc_t *d) {
+  if (d->kind < 0 || d->kind >= RUCCL_COLL_NUM_KINDS) return "collective kind";
+  if (d->local_error < 0 || d->local_error >= RUCCL_NUM_RESULTS) return "error code";
+  if (memchr(d->detail, 0, sizeof d->detail) == NULL) return "detail (no terminator)";
+  if (d->local_error != RUCCL_OK) return NULL;
+  if (d->dtype < 0 || d->dtype >= RUCCL_NUM_DTYPES) return "dtype";
+  if (d->op < 0 || d->op >= RUCCL_NUM_REDUCE_OPS) return "reduce op";
+  if (d->ndim < 0 || d->ndim > RUCCL_MAX_DIMS) return "number of dimensions";
+  if (d->fuse_bytes > FUSE_MAX_BYTES) return "input length";
+  return NULL;
+}
+
 static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
   unsigned n = c->group->n_total;
   const uint32_t *ids = c->group->all_ids;
   const coll_desc_t *a = &all[0];
+  for (unsigned i = 0; i < n; i++) {
+    const char *why = malformed(&all[i]);
+    if (why)
+      return snprintf(msg, VERDICT_MAX, "peer %u sent a malformed descriptor: its %s is out of range", ids[i], why),
+             RUCCL_ERR_PROTOCOL;
+  }
   const char *kind = ruccl_coll_kind_name((ruccl_coll_kind_t)a->kind);
   for (unsigned i = 0; i < n; i++)
     if (all[i].local_error != RUCCL_OK)
@@ -414,6 +436,19 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
    *transport_failed is set).  The verdict goes to *out; the judge also gets every
    descriptor, by global index, in *all_out (NULL elsewhere).  vote: the round only
    collects local errors (after an NCCL launch), without choosing a path. */
+/* A verdict (and its extras, when they came) from node 0, checked before any of it is
+   used: a code in range, a terminated message, a sender that is a peer, a known path. */
+static ruccl_result_t check_verdict(const ruccl_group_t *g, const coll_verdict_t *v, const coll_extras_t *x) {
+  const char *why = NULL;
+  if (v->code < 0 || v->code >= RUCCL_NUM_RESULTS) why = "code";
+  else if (memchr(v->message, 0, sizeof v->message) == NULL) why = "message (no terminator)";
+  else if (v->sender_pos < 0 || (uint32_t)v->sender_pos >= g->n_total) why = "sender";
+  else if (v->path < RUCCL_PATH_HOST || v->path > RUCCL_PATH_NCCL) why = "path";
+  else if (v->extras && memchr(x->path_why, 0, sizeof x->path_why) == NULL) why = "path's reason (no terminator)";
+  if (why) return ruccl_fail(RUCCL_ERR_PROTOCOL, "node 0 sent a malformed verdict: its %s is out of range", why);
+  return RUCCL_OK;
+}
+
 /* Node 0: reduces the inputs that came with the descriptors into fuse->dst, in node
    order (inputs: node k's at k * FUSE_MAX_BYTES), as the centralized all-reduce would. */
 static void reduce_fused(const ruccl_group_t *g, const fuse_t *fuse, const unsigned char *inputs) {
@@ -460,6 +495,7 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
       if (rc == RUCCL_OK && fuse && mine->fuse_bytes) rc = ruccl_team_send(net, 0, fuse->src, mine->fuse_bytes);
       if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, v, sizeof *v);
       if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(net, 0, x, sizeof *x);
+      if (rc == RUCCL_OK) rc = check_verdict(g, v, x);
       if (rc == RUCCL_OK && v->fused && !(fuse && mine->fuse_bytes))
         rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "node 0 sent a fused result to a node that sent no input");
       if (rc == RUCCL_OK && v->fused) rc = ruccl_team_recv(net, 0, fuse->dst, fuse->bytes);
@@ -878,6 +914,12 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
        g->config.global_strategy.kind == RUCCL_STRATEGY_CENTRALIZED)) {
     fuse = (fuse_t){prep.args.src, prep.args.dst, prep.args.count * ruccl_dtype_size(prep.args.dtype), &prep.args};
     if (fuse.bytes > 0 && fuse.bytes <= FUSE_MAX_BYTES) desc.fuse_bytes = (uint32_t)fuse.bytes;
+  }
+  switch (ruccl_testing_take_corruption()) {
+    case 1: desc.ndim = 1000; break;
+    case 2: memset(desc.detail, 'x', sizeof desc.detail); break;
+    case 3: desc.dtype = 99; break;
+    default: break;
   }
   coll_verdict_t verdict;
   coll_extras_t extras;

@@ -52,3 +52,11 @@ void ruccl_testing_path_taken(int path) {
   if ((unsigned)path < 5) atomic_fetch_add(&paths_taken[path], 1);
 }
 uint64_t ruccl_testing_path_count(int path) { return (unsigned)path < 5 ? atomic_load(&paths_taken[path]) : 0; }
+
+static _Thread_local int corruption;
+void ruccl_testing_corrupt_descriptor(int what) { corruption = what; }
+int ruccl_testing_take_corruption(void) {
+  int what = corruption;
+  corruption = 0;
+  return what;
+}

@@ -51,4 +51,11 @@ int ruccl_testing_pretended_devices(void);
 void ruccl_testing_path_taken(int path);
 uint64_t ruccl_testing_path_count(int path);
 
+/* A descriptor as a broken or hostile node would send it: the calling thread's next
+   collective states 1: a rank of 1000 dimensions, 2: a detail without its
+   terminator, 3: dtype 99 (the judge must refuse it, never read past it).  Taken
+   (and disarmed) by the collective. */
+void ruccl_testing_corrupt_descriptor(int what);
+int ruccl_testing_take_corruption(void);
+
 #endif

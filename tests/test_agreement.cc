@@ -5,6 +5,10 @@
    must work. */
 #include "test_util.h"
 
+extern "C" {
+#include "testing.h"
+}
+
 namespace {
 
 using namespace rt;
@@ -423,6 +427,24 @@ TEST_P(Agreement, BadOpValueOnOnePeer) {
     c.Check(out);
     return rc;
   });
+}
+
+// A descriptor that no well-behaved peer would send (as from a broken or hostile
+// node): a rank of 1000 dimensions, a detail without its terminator, an unknown
+// dtype.  The judge refuses it before using it (no read past the shape or the
+// detail: ASan watches), every peer gets PROTOCOL naming it, no output is written.
+TEST_P(Agreement, MalformedDescriptorOnOnePeer) {
+  for (int what : {1, 2, 3}) {
+    Expect(RUCCL_ERR_PROTOCOL, [what](ruccl_comm_t *comm, Ctx &c) {
+      Buf in(RUCCL_FLOAT32, {7}, false, c.id), out(RUCCL_FLOAT32, {7}, true);
+      if (c.odd) ruccl_testing_corrupt_descriptor(what);
+      ruccl_result_t rc = ruccl_all_reduce(comm, &in.t, &out.t, RUCCL_SUM);
+      if (strstr(ruccl_last_error(), "malformed descriptor") == nullptr) rc = RUCCL_NUM_RESULTS;  // the wrong cause
+      c.Check(in);
+      c.Check(out);
+      return rc;
+    });
+  }
 }
 
 TEST_P(Agreement, NullInputOnOnePeer) {
