@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <cstring>
@@ -153,17 +154,62 @@ std::string read_file(const std::string &path) {
   return text;
 }
 
+// Hosts of their own on this machine: a network namespace each, joined by a bridge
+// (needs root), for sessions whose nodes must not share an address or a network.
+class NetnsHosts {
+ public:
+  explicit NetnsHosts(int hosts) {
+    tag_ = std::to_string(getpid() % 100000);
+    subnet_ = "10.213." + std::to_string(getpid() % 250) + ".";
+    std::string cmd = "set -e; ip link add rb" + tag_ + " type bridge; ip addr add " + host_address() +
+                      "/24 dev rb" + tag_ + "; ip link set rb" + tag_ + " up";
+    for (int k = 0; k < hosts; k++) {
+      std::string ns = name(k), veth = "rv" + tag_ + "x" + std::to_string(k), inner = "rp" + tag_ + "x" + std::to_string(k);
+      names_.push_back(ns);
+      cmd += "; ip netns add " + ns + "; ip link add " + veth + " type veth peer name " + inner + "; ip link set " +
+             inner + " netns " + ns + "; ip link set " + veth + " master rb" + tag_ + " up; ip -n " + ns +
+             " addr add " + address(k) + "/24 dev " + inner + "; ip -n " + ns + " link set " + inner +
+             " up; ip -n " + ns + " link set lo up";
+    }
+    ok_ = system((cmd + " 2>/dev/null").c_str()) == 0;
+  }
+  ~NetnsHosts() {
+    std::string cmd;
+    for (const auto &ns : names_) cmd += "ip netns del " + ns + " 2>/dev/null; ";
+    cmd += "ip link del rb" + tag_ + " 2>/dev/null";
+    if (system(cmd.c_str()) != 0) { /* nothing left to remove */ }
+  }
+  bool ok() const { return ok_; }
+  // Cuts host k off: its link to the bridge goes down, and nothing passes either way
+  // (no FIN, no RST: its connections are left half open).
+  bool cut(int k) const {
+    std::string cmd = "ip link set rv" + tag_ + "x" + std::to_string(k) + " down 2>/dev/null";
+    return system(cmd.c_str()) == 0;
+  }
+  std::string name(int k) const { return "ruccl-" + tag_ + "-" + std::to_string(k); }
+  std::string address(int k) const { return subnet_ + std::to_string(k + 2); }
+  std::string host_address() const { return subnet_ + "1"; }
+
+ private:
+  std::string tag_, subnet_;
+  std::vector<std::string> names_;
+  bool ok_ = false;
+};
+
 // One node process per entry of node_ids, each with its stderr (RUCCL_DEBUG=INFO and
 // the scenario's own lines) in a log file of its own, removed with the session.
 struct LoggedNodes {
   std::vector<pid_t> pids;
   std::vector<std::string> logs;
+  // hosts: node k runs on host k (its namespace and address)
   LoggedNodes(const Orchestrator &orch, const std::string &group, const std::vector<std::string> &node_ids,
-              const std::string &scenario, const std::string &strategy, const std::string &transport) {
+              const std::string &scenario, const std::string &strategy, const std::string &transport,
+              const NetnsHosts *hosts = nullptr) {
     for (size_t k = 0; k < node_ids.size(); k++) {
       logs.push_back("/tmp/ruccl-test-" + group + "-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
       pids.push_back(spawn_node({orch.address(), std::to_string(node_ids.size()), group, node_ids[k], scenario, strategy},
-                                kSecret, transport, logs[k]));
+                                kSecret, transport, logs[k], hosts ? hosts->name((int)k) : "",
+                                hosts ? hosts->address((int)k) : ""));
     }
   }
   ~LoggedNodes() {
@@ -273,10 +319,15 @@ struct SignalledSession {
   std::string text;        // their logs
 };
 
-SignalledSession signal_mid_all_reduce(const std::string &group, int sig, const std::string &transport) {
-  Orchestrator orch;
+// Three nodes of two peers in 32 MB all-reduces; once every peer is under way,
+// disturb(node 1's pid) (a signal, a cut link); then the survivors' exits are timed.
+// hosts: each node on a host of its own.
+SignalledSession disturb_mid_all_reduce(const std::string &group, const std::string &transport,
+                                        const std::function<void(pid_t)> &disturb,
+                                        const NetnsHosts *hosts = nullptr) {
+  Orchestrator orch(hosts ? hosts->host_address() : "127.0.0.1");
   const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  LoggedNodes nodes(orch, group, ids, "big", "ring", transport);
+  LoggedNodes nodes(orch, group, ids, "big", "ring", transport, hosts);
   const std::vector<pid_t> &pids = nodes.pids;
   auto running = [&] {
     std::string all;
@@ -290,7 +341,8 @@ SignalledSession signal_mid_all_reduce(const std::string &group, int sig, const 
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   SignalledSession r;
   r.under_way = running();
-  kill(pids[1], sig);
+  if (!r.under_way) return r;
+  disturb(pids[1]);
   auto start = std::chrono::steady_clock::now();
   r.codes = wait_all({pids[0], pids[2]}, 60);
   r.took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -298,6 +350,10 @@ SignalledSession signal_mid_all_reduce(const std::string &group, int sig, const 
   waitpid(pids[1], nullptr, 0);
   r.text = nodes.log(0) + nodes.log(2);
   return r;
+}
+
+SignalledSession signal_mid_all_reduce(const std::string &group, int sig, const std::string &transport) {
+  return disturb_mid_all_reduce(group, transport, [sig](pid_t pid) { kill(pid, sig); });
 }
 
 // Every surviving peer (not only each survivor process) must end with PEER_LOST, and
@@ -380,8 +436,8 @@ TEST(MultiNode, SharedMemoryPairsAreBoundedAndTheRestUseTcp) {
   EXPECT_GE(total, 1) << "no pair used shared memory at all";
 }
 
-void expect_frozen_node_lost(const std::string &group, const std::string &transport) {
-  SignalledSession r = signal_mid_all_reduce(group, SIGSTOP, transport);
+// Every survivor ended with PEER_LOST, and node 2, node 1's successor, named it.
+void expect_survivors_lost(const SignalledSession &r) {
   ASSERT_TRUE(r.under_way) << "the peers never reported their all-reduces under way";
   EXPECT_EQ(std::vector<int>({3, 3}), r.codes)
       << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
@@ -390,6 +446,10 @@ void expect_frozen_node_lost(const std::string &group, const std::string &transp
     EXPECT_NE(std::string::npos, r.text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
         << "peer " << id;
   EXPECT_NE(std::string::npos, r.text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
+}
+
+void expect_frozen_node_lost(const std::string &group, const std::string &transport) {
+  expect_survivors_lost(signal_mid_all_reduce(group, SIGSTOP, transport));
 }
 
 // Liveness: a node frozen (SIGSTOP) in the middle of all-reduces is PEER_LOST for
@@ -708,45 +768,6 @@ TEST(MultiNode, WrongSecretNodeCannotJoin) {
 
 // Hosts with their own addresses: one network namespace per node, joined by a veth
 // pair to a bridge in this namespace, which carries the orchestrator's address.
-class NetnsHosts {
- public:
-  explicit NetnsHosts(int hosts) {
-    tag_ = std::to_string(getpid() % 100000);
-    subnet_ = "10.213." + std::to_string(getpid() % 250) + ".";
-    std::string cmd = "set -e; ip link add rb" + tag_ + " type bridge; ip addr add " + host_address() +
-                      "/24 dev rb" + tag_ + "; ip link set rb" + tag_ + " up";
-    for (int k = 0; k < hosts; k++) {
-      std::string ns = name(k), veth = "rv" + tag_ + "x" + std::to_string(k), inner = "rp" + tag_ + "x" + std::to_string(k);
-      names_.push_back(ns);
-      cmd += "; ip netns add " + ns + "; ip link add " + veth + " type veth peer name " + inner + "; ip link set " +
-             inner + " netns " + ns + "; ip link set " + veth + " master rb" + tag_ + " up; ip -n " + ns +
-             " addr add " + address(k) + "/24 dev " + inner + "; ip -n " + ns + " link set " + inner +
-             " up; ip -n " + ns + " link set lo up";
-    }
-    ok_ = system((cmd + " 2>/dev/null").c_str()) == 0;
-  }
-  ~NetnsHosts() {
-    std::string cmd;
-    for (const auto &ns : names_) cmd += "ip netns del " + ns + " 2>/dev/null; ";
-    cmd += "ip link del rb" + tag_ + " 2>/dev/null";
-    if (system(cmd.c_str()) != 0) { /* nothing left to remove */ }
-  }
-  bool ok() const { return ok_; }
-  // Cuts host k off: its link to the bridge goes down, and nothing passes either way
-  // (no FIN, no RST: its connections are left half open).
-  bool cut(int k) const {
-    std::string cmd = "ip link set rv" + tag_ + "x" + std::to_string(k) + " down 2>/dev/null";
-    return system(cmd.c_str()) == 0;
-  }
-  std::string name(int k) const { return "ruccl-" + tag_ + "-" + std::to_string(k); }
-  std::string address(int k) const { return subnet_ + std::to_string(k + 2); }
-  std::string host_address() const { return subnet_ + "1"; }
-
- private:
-  std::string tag_, subnet_;
-  std::vector<std::string> names_;
-  bool ok_ = false;
-};
 
 // Two nodes x two devices, each node in its own network namespace with its own
 // address; over TCP the data crosses the veth links, by default the processes
@@ -790,42 +811,9 @@ TEST(MultiNode, CutOffNodeIsPeerLostForEverySurvivor) {
   NetnsHosts hosts(3);
   if (!hosts.ok()) GTEST_SKIP() << "this machine cannot create network namespaces and veth links (ip netns add)";
   ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
-  Orchestrator orch(hosts.host_address());
-  const std::vector<std::string> ids = {"0,1", "2,3", "4,5"};
-  std::vector<std::string> logs;
-  std::vector<pid_t> pids;
-  for (int k = 0; k < 3; k++) {
-    logs.push_back("/tmp/ruccl-test-cutoff-" + std::to_string(getpid()) + "-" + std::to_string(k) + ".log");
-    pids.push_back(spawn_node({orch.address(), "3", "cutoff", ids[k], "big", "ring"}, kSecret, "tcp", logs[k],
-                              hosts.name(k), hosts.address(k)));
-  }
-  auto running = [&] {
-    std::string all = read_file(logs[0]) + read_file(logs[1]) + read_file(logs[2]);
-    for (int id = 0; id < 6; id++)
-      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
-    return true;
-  };
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!running() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_TRUE(running()) << "the peers never reported their all-reduces under way";
-  ASSERT_TRUE(hosts.cut(1));
-  auto start = std::chrono::steady_clock::now();
-  std::vector<int> codes = wait_all({pids[0], pids[2]}, 60);
-  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  kill(pids[1], SIGKILL);
-  waitpid(pids[1], nullptr, 0);
-  std::string text = read_file(logs[0]) + read_file(logs[2]);
-  EXPECT_EQ(std::vector<int>({3, 3}), codes)
-      << "survivor nodes must end with RUCCL_ERR_PEER_LOST (1: another code, such as the collectives' TIMEOUT)\n"
-      << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
-  for (int id : {0, 1, 4, 5})
-    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": big ended with RUCCL_ERR_PEER_LOST"))
-        << "peer " << id;
-  EXPECT_NE(std::string::npos, text.find("node 1 sent nothing for")) << "node 2, its successor, names the silent node";
-  EXPECT_LT(took, 15.0) << "the survivors waited for the collectives' timeout";
-  if (!getenv("KEEP_LOGS"))
-    for (const auto &l : logs) unlink(l.c_str());
+  SignalledSession r = disturb_mid_all_reduce("cutoff", "tcp", [&](pid_t) { EXPECT_TRUE(hosts.cut(1)); }, &hosts);
+  expect_survivors_lost(r);
+  EXPECT_LT(r.took, 15.0) << "the survivors waited for the collectives' timeout";
 }
 
 TEST(MultiNode, HalfOpenNodeDoesNotHoldItsGroup) {
