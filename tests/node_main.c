@@ -34,8 +34,9 @@
  *   reset     node of peer 0: its peers wait in an all-reduce while a thread calls
  *             ruccl_reset() (all must return RESET within a second); other nodes
  *             call the all-reduce later and must get PEER_LOST
- *   abortrace rounds of a 4 MB all-reduce that a thread of peer 1 aborts after a
- *             varying delay: every peer must end each round with ABORTED
+ *   abortrace rounds (RUCCL_RACE_ROUNDS, 200) of a 4 MB (RUCCL_RACE_MB) all-reduce
+ *             that a thread of peer 1 aborts after a varying delay: every peer must
+ *             end each round with ABORTED
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
  *   links     "all", printing "sockets-registered N" before and "sockets-after N"
@@ -432,7 +433,8 @@ static void *abort_after(void *arg) {
 static void scenario_abortrace(peer_t *p, ruccl_comm_t **commp) {
   const char *env = getenv("RUCCL_RACE_ROUNDS");
   unsigned rounds = env ? (unsigned)atoi(env) : 200, mid = 0;
-  const size_t count = 1u << 20;
+  const char *mb = getenv("RUCCL_RACE_MB");
+  const size_t count = (mb ? (size_t)atoi(mb) : 4) << 18; /* floats: 4 MB by default */
   float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
   for (size_t i = 0; i < count; i++) in[i] = 1.0f;
   ruccl_tensor_t ti = vec(in, count), to = vec(out, count);
