@@ -201,7 +201,8 @@ static ruccl_result_t dial_node(ruccl_net_t *net, unsigned j, int64_t deadline_n
   if (fd >= 0) close(fd);
   ruccl_result_t mine = ruccl_net_session_state(net);
   if (mine != RUCCL_OK) return mine;
-  return ruccl_fail(rc == RUCCL_ERR_TIMEOUT ? rc : RUCCL_ERR_PEER_LOST, "node %u cannot connect to node %u at %s:%u: %s",
+  /* a wrong secret or a bad answer says so; a node that is not there is lost */
+  return ruccl_fail(rc == RUCCL_ERR_IO ? RUCCL_ERR_PEER_LOST : rc, "node %u cannot connect to node %u at %s:%u: %s",
                     net->me, j, net->nodes[j].address, net->nodes[j].port, ruccl_last_error());
 }
 
@@ -257,14 +258,15 @@ static void *handshake_main(void *arg) {
   uint16_t type = 0;
   uint32_t len = 0;
   int node = -1;
-  int taken = first_frame(net, h.fd, deadline, &type, first, sizeof first, &len) &&
-              take_connection(net, h.fd, type, first, len, deadline, &node);
+  int shook = first_frame(net, h.fd, deadline, &type, first, sizeof first, &len);
+  int taken = shook && take_connection(net, h.fd, type, first, len, deadline, &node);
   pthread_mutex_lock(&net->port_mu);
   net->port_fds[h.slot] = -1; /* before the close below: stop_port never shuts a reused number */
   pthread_mutex_unlock(&net->port_mu);
   if (!taken) {
     /* after the handshake: a stranger learns nothing, a wrong secret learns it is wrong */
-    ruccl_log(1, "node %u: refused a connection on the data port (not a node of this session)", net->me);
+    ruccl_log(1, "node %u: refused a connection on the data port (%s)", net->me,
+              shook ? "not a node of this session" : ruccl_last_error());
     close(h.fd);
   }
   OPENSSL_thread_stop();
