@@ -78,17 +78,19 @@ static int setup_pair(unsigned a, unsigned b, unsigned n) {
   return a != b && (a == 0 || b == 0 || (a + 1) % n == b || (b + 1) % n == a);
 }
 
-/* Takes a share of this node's shared-memory budget (1), or finds it spent (0). */
+/* Takes a share of this node's shared-memory budget (1), or finds it spent (0);
+   give_shm_share hands one back. */
+static void give_shm_share(ruccl_net_t *net) { atomic_fetch_sub(&net->shm_links, 1); }
 static int take_shm_share(ruccl_net_t *net) {
   if (atomic_fetch_add(&net->shm_links, 1) < net->shm_budget) return 1;
-  atomic_fetch_sub(&net->shm_links, 1);
+  give_shm_share(net);
   return 0;
 }
 
 static void drop_link(ruccl_net_t *net, ruccl_shm_link_t *link) {
   if (!link->map) return;
   ruccl_shm_close(link);
-  atomic_fetch_sub(&net->shm_links, 1);
+  give_shm_share(net);
 }
 
 /* Makes fd (and link) node k's link, unless this node is stopping the session:
@@ -124,7 +126,7 @@ static ruccl_result_t offer_shm(ruccl_net_t *net, int fd, unsigned node, const c
   if (ruccl_shm_allowed() && host[0] && strncmp(host, peer_host, sizeof host) == 0 && take_shm_share(net) &&
       ruccl_shm_create(link, offer.name, offer.token) != RUCCL_OK) {
     offer.name[0] = 0;
-    atomic_fetch_sub(&net->shm_links, 1);
+    give_shm_share(net);
   }
   ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM, &offer, sizeof offer, deadline_ns);
   if (rc != RUCCL_OK || !offer.name[0]) {
@@ -156,7 +158,7 @@ static ruccl_result_t accept_shm(ruccl_net_t *net, int fd, unsigned node, ruccl_
   uint32_t ok = ruccl_shm_allowed() && take_shm_share(net);
   if (ok && ruccl_shm_open(link, offer.name, offer.token) != RUCCL_OK) {
     ok = 0;
-    atomic_fetch_sub(&net->shm_links, 1);
+    give_shm_share(net);
   }
   uint32_t wire = htonl(ok);
   rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM_ACK, &wire, sizeof wire, deadline_ns);
@@ -172,7 +174,6 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
   atomic_init(&net->abort_code, RUCCL_OK);
   atomic_init(&net->shm_links, 0);
   pthread_mutex_init(&net->links_lock, NULL);
-  net->links_lock_ready = 1;
   return ruccl_tcp_listen(host, (int)port, &net->listen_fd, &net->data_port);
 }
 
@@ -370,8 +371,8 @@ static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
 static void plan_waits(ruccl_net_t *net) {
   unsigned on_host = 1;
   const char *mine = net->nodes[net->me].host;
-  for (unsigned i = 0; ruccl_shm_allowed() && mine[0] && i < net->num_nodes; i++)
-    on_host += i != net->me && strcmp(net->nodes[i].host, mine) == 0;
+  if (ruccl_shm_allowed() && mine[0])
+    for (unsigned i = 0; i < net->num_nodes; i++) on_host += i != net->me && strcmp(net->nodes[i].host, mine) == 0;
   cpu_set_t set;
   unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 1;
   net->crowded = on_host > cores;

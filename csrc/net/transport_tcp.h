@@ -39,7 +39,6 @@ typedef struct ruccl_net {
   int *fds;
   ruccl_shm_link_t *shm; /* by node index: the data path to a node of this host (map NULL: TCP) */
   pthread_mutex_t links_lock; /* publishing a link, and ruccl_net_abort walking them */
-  int links_lock_ready;
   atomic_uint shm_links; /* shared-memory links this node holds */
   unsigned shm_budget;   /* at most (RUCCL_SHM_LINKS, else RUCCL_SHM_MAX_LINKS) */
   int crowded;           /* more of the session's processes on this host than cores */
