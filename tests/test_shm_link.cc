@@ -3,7 +3,9 @@
 // into the ring or frees room in it, long before its sleep would have ended; a
 // sleep with nothing coming ends at its deadline.  Both the sleepy-while side and
 // the eager one (sleeps at once, its peer fences) are covered.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +138,55 @@ TEST(ShmDoorbell, ASleepWithNothingComingEndsAtItsDeadline) {
   int64_t took = ruccl_now_ns() - t0;
   EXPECT_GE(took, 29 * kMs);
   EXPECT_LT(took, 5000 * kMs);
+}
+
+// A segment that is not the size of a ruccl segment is refused before it is mapped
+// (a short one would be a SIGBUS on the first access past its end).
+TEST(ShmHostile, ATruncatedOrOversizedSegmentIsRefused) {
+  for (off_t size : {off_t(4096), off_t(64) << 20}) {
+    Segment seg;
+    ASSERT_FALSE(HasFailure());
+    int fd = shm_open(seg.name, O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, size), 0);
+    close(fd);
+    ruccl_shm_link_t b = {};
+    EXPECT_EQ(ruccl_shm_open(&b, seg.name, seg.token), RUCCL_ERR_PROTOCOL) << size;
+    EXPECT_EQ(b.map, nullptr);
+    EXPECT_NE(std::string(ruccl_last_error()).find("not a ruccl segment"), std::string::npos) << ruccl_last_error();
+  }
+}
+
+// A counter moved by a faulty or hostile peer: the side that finds it says
+// RUCCL_SHM_CORRUPT and copies nothing (a wrapped free count once let a write run
+// past the ring); a wait for room returns at once instead of sleeping on it.
+TEST(ShmHostile, CorruptRingCountersAreRefusedNotCopied) {
+  Segment seg;
+  ASSERT_FALSE(HasFailure());
+  ruccl_shm_link_t &a = seg.link;
+  ruccl_shm_link_t b = {};
+  ASSERT_EQ(ruccl_shm_open(&b, seg.name, seg.token), RUCCL_OK);
+  std::vector<char> big(8u << 20, 'x');
+  char one = 'y';
+
+  // The reader's tail past the writer's head: a write must not trust the free count.
+  ASSERT_EQ(ruccl_shm_write(&a, "hello", 5), 5u);
+  ruccl_shm_testing_corrupt(&a, 0);
+  EXPECT_EQ(ruccl_shm_write(&a, big.data(), big.size()), RUCCL_SHM_CORRUPT);
+  EXPECT_EQ(ruccl_shm_write(&a, &one, 1), RUCCL_SHM_CORRUPT);
+  int64_t t0 = ruccl_now_ns();
+  ruccl_shm_wait(&a, 0, 1, t0 + 10000 * kMs);
+  EXPECT_LT(ruccl_now_ns() - t0, 5000 * kMs);
+
+  // The writer's head more than a ring past the reader's tail: nothing is read.
+  ASSERT_EQ(ruccl_shm_write(&b, "hi", 2), 2u);
+  ruccl_shm_testing_corrupt(&a, 1);  // a's receiving ring is b's sending one
+  const void *data = nullptr;
+  EXPECT_EQ(ruccl_shm_peek(&a, &data), RUCCL_SHM_CORRUPT);
+  char out[8] = {};
+  EXPECT_EQ(ruccl_shm_read(&a, out, sizeof out), RUCCL_SHM_CORRUPT);
+  EXPECT_EQ(out[0], 0);
+  ruccl_shm_close(&b);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -115,8 +116,16 @@ ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MA
 
 ruccl_result_t ruccl_shm_open(ruccl_shm_link_t *l, const char *name,
                               const unsigned char token[RUCCL_SHM_TOKEN_BYTES]) {
-  int fd = shm_open(name, O_RDWR, 0600);
+  int fd = shm_open(name, O_RDWR | O_NOFOLLOW, 0600);
   if (fd < 0) return ruccl_fail(RUCCL_ERR_IO, "shm_open(%s) failed: not the same host", name);
+  /* A segment of another size would fault (SIGBUS) past its end, or is not ours */
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != (off_t)sizeof(segment_t) ||
+      st.st_uid != geteuid()) {
+    close(fd);
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "shared-memory segment %s is not a ruccl segment of this user (%lld bytes, %zu expected)",
+                      name, (long long)st.st_size, sizeof(segment_t));
+  }
   ruccl_result_t rc = map_segment(fd, l, 0);
   if (rc != RUCCL_OK) return rc;
   if (memcmp(((segment_t *)l->map)->token, token, RUCCL_SHM_TOKEN_BYTES) != 0) {
@@ -153,7 +162,7 @@ void ruccl_shm_wait(ruccl_shm_link_t *l, int want_read, int want_write, int64_t 
   unsigned seen = atomic_load_explicit(&d->bell, memory_order_acquire);
   int ready = 0;
   if (want_read) ready |= atomic_load(&l->rx->head) != atomic_load(&l->rx->tail);
-  if (want_write) ready |= atomic_load(&l->tx->head) - atomic_load(&l->tx->tail) < RING_BYTES;
+  if (want_write) ready |= atomic_load(&l->tx->head) - atomic_load(&l->tx->tail) != RING_BYTES; /* room, or corrupt */
   int64_t left = until_ns - ruccl_now_ns();
   if (ready || left <= 0) return;
   struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
@@ -164,6 +173,7 @@ size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
   ruccl_shm_ring_t *r = l->tx;
   uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
   uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+  if (head - tail > RING_BYTES) return RUCCL_SHM_CORRUPT; /* the peer's counter is past ours */
   size_t free_bytes = RING_BYTES - (size_t)(head - tail);
   if (len > free_bytes) len = free_bytes;
   if (!len) return 0;
@@ -181,6 +191,7 @@ size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data) {
   uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
   size_t avail = (size_t)(head - tail), at = (size_t)(tail % RING_BYTES);
   *data = r->data + at;
+  if (avail > RING_BYTES) return RUCCL_SHM_CORRUPT; /* more than a ring holds: a counter is wrong */
   return RING_BYTES - at < avail ? RING_BYTES - at : avail;
 }
 
@@ -196,6 +207,7 @@ size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
   while (got < len) { /* at most twice: up to the ring's end, then from its start */
     const void *data;
     size_t n = ruccl_shm_peek(l, &data);
+    if (n == RUCCL_SHM_CORRUPT) return n;
     if (!n) break;
     if (n > len - got) n = len - got;
     memcpy((char *)buf + got, data, n);
@@ -203,4 +215,10 @@ size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len) {
     got += n;
   }
   return got;
+}
+
+void ruccl_shm_testing_corrupt(ruccl_shm_link_t *l, int which) {
+  ruccl_shm_ring_t *r = which == 0 ? l->tx : l->rx;
+  if (which == 0) atomic_fetch_add(&r->tail, (uint64_t)RING_BYTES * 3); /* the reader "read" more than was written */
+  else atomic_fetch_add(&r->head, (uint64_t)RING_BYTES * 2);           /* the writer "wrote" past a whole ring */
 }

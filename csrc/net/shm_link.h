@@ -27,11 +27,15 @@ ruccl_result_t ruccl_shm_open(ruccl_shm_link_t *l, const char *name, const unsig
 void ruccl_shm_unlink(const char *name);
 void ruccl_shm_close(ruccl_shm_link_t *l);
 
-/* Non-blocking: the bytes moved (0 when the ring is full / empty). */
+/* Non-blocking: the bytes moved (0 when the ring is full / empty), or
+   RUCCL_SHM_CORRUPT when the ring's counters cannot be right (the other side's
+   counter is more than a ring away from ours): nothing is copied then. */
+#define RUCCL_SHM_CORRUPT ((size_t)-1)
 size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len);
 size_t ruccl_shm_read(ruccl_shm_link_t *l, void *buf, size_t len);
 /* Zero-copy reading: the readable bytes that lie contiguous in the ring (*data
-   points at them; 0 when the ring is empty), then hand back what was used. */
+   points at them; 0 when the ring is empty; or RUCCL_SHM_CORRUPT), then hand back
+   what was used. */
 size_t ruccl_shm_peek(ruccl_shm_link_t *l, const void **data);
 void ruccl_shm_consume(ruccl_shm_link_t *l, size_t len);
 
@@ -53,5 +57,10 @@ int ruccl_shm_allowed(void);
 /* This kernel's boot id: processes that share it share a host ("" when unknown). */
 #define RUCCL_HOST_ID_BYTES 40
 void ruccl_host_id(char out[RUCCL_HOST_ID_BYTES]);
+
+/* Tests only: breaks a counter as a faulty or hostile peer would (which 0: the
+   sending ring's tail, read past what was written; 1: the receiving ring's head,
+   written a ring and more past what was read). */
+void ruccl_shm_testing_corrupt(ruccl_shm_link_t *l, int which);
 
 #endif

@@ -604,6 +604,15 @@ static ruccl_result_t lost(const ruccl_net_t *net, int fd, int node, const char 
                     saved ? strerror(saved) : "connection closed");
 }
 
+/* A shared-memory ring whose counters cannot be right: nothing more is read from
+   or written into it, and the session stops with PROTOCOL. */
+static ruccl_result_t corrupt_ring(const ruccl_net_t *net, int node) {
+  ruccl_result_t mine = ruccl_net_session_state(net);
+  if (mine != RUCCL_OK) return mine;
+  return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u: the shared-memory ring with node %d is corrupt (its counters are more than a ring apart)",
+                    net->me, node);
+}
+
 static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
   while (o->hdr_done < sizeof o->hdr || o->done < o->len) {
     const char *p;
@@ -617,8 +626,10 @@ static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
     }
     ssize_t w;
     if (o->shm) {
-      w = (ssize_t)ruccl_shm_write(o->shm, p, n);
-      if (w == 0) return RUCCL_OK; /* ring full */
+      size_t m = ruccl_shm_write(o->shm, p, n);
+      if (m == RUCCL_SHM_CORRUPT) return corrupt_ring(net, o->node);
+      if (m == 0) return RUCCL_OK; /* ring full */
+      w = (ssize_t)m;
     } else {
       w = send(o->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
@@ -675,6 +686,7 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
            whole, aligned elements lie contiguous there. */
         const void *ring;
         size_t m = ruccl_shm_peek(in->shm, &ring);
+        if (m == RUCCL_SHM_CORRUPT) return corrupt_ring(net, in->node);
         if (m > in->len - in->done) m = in->len - in->done;
         size_t whole = m / elem * elem;
         if (whole && (uintptr_t)ring % elem == 0) {
@@ -700,8 +712,10 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
     }
     ssize_t r;
     if (in->shm) {
-      r = (ssize_t)ruccl_shm_read(in->shm, p, n);
-      if (r == 0) return RUCCL_OK; /* ring empty */
+      size_t m = ruccl_shm_read(in->shm, p, n);
+      if (m == RUCCL_SHM_CORRUPT) return corrupt_ring(net, in->node);
+      if (m == 0) return RUCCL_OK; /* ring empty */
+      r = (ssize_t)m;
     } else {
       r = recv(in->fd, p, n, MSG_DONTWAIT);
     }
