@@ -557,6 +557,17 @@ int main(int argc, char **argv) {
   if (o.nodes == 1) return run_node(&o, NULL);
   /* The orchestrator runs in a child of its own: its threads (and the locks they
      hold, OpenSSL's among them) must not be copied into the nodes forked below. */
+  /* Multi-node sessions need a secret: the environment's, else a fresh one that the
+     orchestrator and every node below inherit. */
+  if (!getenv("RUCCL_SECRET") && !getenv("RUCCL_SECRET_FILE")) {
+    unsigned char rnd[16];
+    char hex[33];
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(rnd, 1, sizeof rnd, f) != sizeof rnd) return 1;
+    fclose(f);
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    setenv("RUCCL_SECRET", hex, 1);
+  }
   int port_pipe[2], stop_pipe[2];
   if (pipe(port_pipe) || pipe(stop_pipe)) return 1;
   fflush(stdout);
@@ -566,7 +577,7 @@ int main(int argc, char **argv) {
     close(stop_pipe[1]);
     ruccl_orchestrator_t *orch;
     int port = -1;
-    if (ruccl_orchestrator_start("127.0.0.1:0", "", 0, &orch) != RUCCL_OK)
+    if (ruccl_orchestrator_start("127.0.0.1:0", NULL, 0, &orch) != RUCCL_OK) /* RUCCL_SECRET */
       fprintf(stderr, "orchestrator: %s\n", ruccl_last_error());
     else
       port = ruccl_orchestrator_port(orch);

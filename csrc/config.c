@@ -2,6 +2,10 @@
    checks made at registration (all-or-none multi-node settings, agreement). */
 #include "config.h"
 
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -164,6 +168,13 @@ ruccl_result_t ruccl_config_validate(const ruccl_config_t *c) {
                       (set & RUCCL_CONFIG_GLOBAL_ADDRESS) ? " global_address" : "",
                       (set & RUCCL_CONFIG_NODE_ADDRESS) ? " node_address" : "",
                       (set & RUCCL_CONFIG_DATA_SERVICE_PORT) ? " data_service_port" : "");
+  if (set == RUCCL_CONFIG_MULTI_NODE_ALL) {
+    unsigned char secret[RUCCL_MAX_SECRET];
+    size_t len = 0;
+    ruccl_result_t rc = ruccl_config_session_secret(c, secret, &len);
+    OPENSSL_cleanse(secret, sizeof secret);
+    if (rc != RUCCL_OK) return rc;
+  }
   if (set == 0 && c->num_nodes != 1)
     return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "num_nodes %u without the other multi-node settings", c->num_nodes);
   if (memchr(c->global_address, 0, sizeof c->global_address) == NULL ||
@@ -189,4 +200,53 @@ const char *ruccl_config_difference(const ruccl_config_t *a, const ruccl_config_
     return "store";
   if (a->secret_len != b->secret_len || memcmp(a->secret, b->secret, a->secret_len) != 0) return "secret";
   return NULL;
+}
+
+ruccl_result_t ruccl_secret_from_file(const char *path, unsigned char out[RUCCL_MAX_SECRET], size_t *len) {
+  if (!path || !out || !len) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "secret file, out or len is NULL");
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "cannot read the secret file %s: %s", path, strerror(errno));
+  size_t n = fread(out, 1, RUCCL_MAX_SECRET, f);
+  int extra = fgetc(f), failed = ferror(f);
+  fclose(f);
+  if (failed || extra != EOF || n == 0) {
+    OPENSSL_cleanse(out, RUCCL_MAX_SECRET);
+    if (failed) return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "the secret file %s could not be read", path);
+    if (n == 0) return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "the secret file %s is empty", path);
+    return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "the secret file %s holds more than %d bytes", path, RUCCL_MAX_SECRET);
+  }
+  *len = n;
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_secret_from_env(unsigned char out[RUCCL_MAX_SECRET], size_t *len) {
+  if (!out || !len) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "out or len is NULL");
+  *len = 0;
+  const char *s = getenv("RUCCL_SECRET");
+  if (s && *s) {
+    size_t n = strlen(s);
+    if (n > RUCCL_MAX_SECRET)
+      return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "RUCCL_SECRET is %zu bytes, at most %d allowed", n, RUCCL_MAX_SECRET);
+    memcpy(out, s, n);
+    *len = n;
+    return RUCCL_OK;
+  }
+  const char *path = getenv("RUCCL_SECRET_FILE");
+  if (path && *path) return ruccl_secret_from_file(path, out, len);
+  return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "neither RUCCL_SECRET nor RUCCL_SECRET_FILE is set");
+}
+
+ruccl_result_t ruccl_config_session_secret(const ruccl_config_t *c, unsigned char out[RUCCL_MAX_SECRET],
+                                           size_t *len) {
+  if (c->secret_len) {
+    memcpy(out, c->secret, c->secret_len);
+    *len = c->secret_len;
+    return RUCCL_OK;
+  }
+  ruccl_result_t rc = ruccl_secret_from_env(out, len);
+  if (rc != RUCCL_ERR_INVALID_CONFIG) return rc;
+  char why[256];
+  snprintf(why, sizeof why, "%s", ruccl_last_error_detail());
+  return ruccl_fail(rc, "a multi-node configuration needs a secret (%s); " RUCCL_SECRET_HOWTO, why);
 }

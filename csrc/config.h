@@ -17,4 +17,13 @@ int ruccl_config_has_store(const ruccl_config_t *c);
    the first field that differs. */
 const char *ruccl_config_difference(const ruccl_config_t *a, const ruccl_config_t *b);
 
+/* The secret a session authenticates with: the configuration's, else the
+   environment's (ruccl_secret_from_env); INVALID_CONFIG, saying how to give one,
+   when there is none.  The caller wipes out (OPENSSL_cleanse) when done with it. */
+ruccl_result_t ruccl_config_session_secret(const ruccl_config_t *c, unsigned char out[RUCCL_MAX_SECRET],
+                                           size_t *len);
+#define RUCCL_SECRET_HOWTO \
+  "give every node the same secret: ruccl_config_set_secret(), or the environment variable RUCCL_SECRET, or " \
+  "RUCCL_SECRET_FILE naming a file that holds it"
+
 #endif

@@ -161,7 +161,10 @@ ruccl_result_t ruccl_config_set_node_address(ruccl_config_t *, const char *host)
 ruccl_result_t ruccl_config_set_data_service_port(ruccl_config_t *, unsigned port); /* 0 = any free port */
 ruccl_result_t ruccl_config_set_timeout_ms(ruccl_config_t *, int64_t ms);
 ruccl_result_t ruccl_config_set_liveness_timeout_ms(ruccl_config_t *, int64_t ms); /* >= 0; 0: no watch */
-ruccl_result_t ruccl_config_set_secret(ruccl_config_t *, const void *key, size_t len); /* authenticates every connection */
+/* Authenticates every connection.  A multi-node configuration needs a secret: without
+   one, registration takes RUCCL_SECRET (its bytes) or else the contents of the file
+   RUCCL_SECRET_FILE names, and fails with RUCCL_ERR_INVALID_CONFIG when neither is set. */
+ruccl_result_t ruccl_config_set_secret(ruccl_config_t *, const void *key, size_t len);
 ruccl_result_t ruccl_config_set_group_name(ruccl_config_t *, const char *name); /* independent groups in one process */
 /* Rendezvous through a key-value store instead of an orchestrator: stands in for
    the global address among the four multi-node settings. */
@@ -276,8 +279,17 @@ ruccl_result_t ruccl_comm_size(const ruccl_comm_t *, unsigned *size);  /* partic
 ruccl_result_t ruccl_comm_index(const ruccl_comm_t *, unsigned *index); /* position in peer order */
 size_t ruccl_dtype_size(ruccl_dtype_t);                                 /* 0 for an unknown dtype */
 
+/* The secret of the environment: RUCCL_SECRET (its bytes, without the terminator),
+   else every byte of the file RUCCL_SECRET_FILE names; RUCCL_ERR_INVALID_CONFIG when
+   neither is set, the file cannot be read, or the secret is empty or longer than
+   RUCCL_MAX_SECRET.  ruccl_secret_from_file reads one file the same way. */
+ruccl_result_t ruccl_secret_from_env(unsigned char out[RUCCL_MAX_SECRET], size_t *len);
+ruccl_result_t ruccl_secret_from_file(const char *path, unsigned char out[RUCCL_MAX_SECRET], size_t *len);
+
 /* RUCCL_ORCHESTRATOR: the rendezvous server for multi-node sessions
-   (also the program `ruccl-orchestrator --listen HOST:PORT`, secret from RUCCL_SECRET or --secret-file) */
+   (also the program `ruccl-orchestrator --listen HOST:PORT`, secret from --secret-file,
+   RUCCL_SECRET or RUCCL_SECRET_FILE).  It needs a secret: an empty one is taken from
+   the environment (ruccl_secret_from_env), and none there is RUCCL_ERR_INVALID_CONFIG. */
 typedef struct ruccl_orchestrator ruccl_orchestrator_t;
 ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port /* "127.0.0.1:0" = any port */,
                                         const void *secret, size_t secret_len, ruccl_orchestrator_t **out);

@@ -706,7 +706,7 @@ int main(int argc, char **argv) {
   if (argc > 6 && !strcmp(argv[6], "tree")) s.kind = RUCCL_STRATEGY_TREE;
   if (argc > 6 && !strcmp(argv[6], "ring")) s.kind = RUCCL_STRATEGY_RING;
   ruccl_config_t cfg = ruccl_config_default();
-  const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : "";
+  const char *secret = getenv("RUCCL_SECRET") ? getenv("RUCCL_SECRET") : ""; /* "": the core's own look-up */
   /* the address this node's data port listens on (another network namespace's) */
   const char *node_address = getenv("RUCCL_TEST_NODE_ADDRESS") ? getenv("RUCCL_TEST_NODE_ADDRESS") : "127.0.0.1";
   if (ruccl_config_set_num_devices(&cfg, n) || ruccl_config_set_num_nodes(&cfg, num_nodes) ||

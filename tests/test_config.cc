@@ -232,6 +232,7 @@ TEST(ConfigRegister, PartialMultiNodeSettingsAreInvalidConfig) {
    sessions are in test_multinode.cc.) */
 TEST(ConfigRegister, UnreachableOrchestratorTimesOut) {
   ruccl_config_t c = MakeConfig(1, Auto(), 300);
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_secret(&c, "s", 1));
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_num_nodes(&c, 2));
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_global_address(&c, "127.0.0.1:1"));
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_node_address(&c, "127.0.0.1"));
@@ -242,6 +243,108 @@ TEST(ConfigRegister, UnreachableOrchestratorTimesOut) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(nullptr, comm);
   if (comm) ruccl_finish(comm);
+}
+
+/* The environment's secret variables, cleared for a test and put back after it. */
+class SecretEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char *k : {"RUCCL_SECRET", "RUCCL_SECRET_FILE"}) {
+      const char *v = getenv(k);
+      saved_.push_back({k, v ? v : "", v != nullptr});
+      unsetenv(k);
+    }
+  }
+  void TearDown() override {
+    for (auto &s : saved_) {
+      if (s.set) setenv(s.key, s.value.c_str(), 1);
+      else unsetenv(s.key);
+    }
+    for (auto &f : files_) unlink(f.c_str());
+  }
+  // A file holding these bytes; removed after the test.
+  std::string File(const std::string &bytes) {
+    char path[] = "/tmp/ruccl-secret-test-XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ssize_t(bytes.size()), write(fd, bytes.data(), bytes.size()));
+    close(fd);
+    files_.push_back(path);
+    return path;
+  }
+  // A multi-node configuration whose orchestrator nobody runs (port 1): what
+  // registration says before it would wait, or TIMEOUT once it has tried.
+  static ruccl_result_t Register(const char *secret) {
+    ruccl_config_t c = MakeConfig(1, Auto(), 200);
+    EXPECT_EQ(RUCCL_OK, ruccl_config_set_num_nodes(&c, 2));
+    EXPECT_EQ(RUCCL_OK, ruccl_config_set_global_address(&c, "127.0.0.1:1"));
+    EXPECT_EQ(RUCCL_OK, ruccl_config_set_node_address(&c, "127.0.0.1"));
+    EXPECT_EQ(RUCCL_OK, ruccl_config_set_data_service_port(&c, 0));
+    if (secret) EXPECT_EQ(RUCCL_OK, ruccl_config_set_secret(&c, secret, strlen(secret)));
+    ruccl_comm_t *comm = nullptr;
+    ruccl_result_t rc = ruccl_register(0, Cpu(), &c, &comm);
+    EXPECT_EQ(nullptr, comm);
+    if (comm) ruccl_finish(comm);
+    return rc;
+  }
+  struct Saved {
+    const char *key;
+    std::string value;
+    bool set;
+  };
+  std::vector<Saved> saved_;
+  std::vector<std::string> files_;
+};
+
+/* Secure by default: a multi-node session never runs keyed with an empty secret.
+   Registration refuses at once and says the three ways to give one. */
+TEST_F(SecretEnv, MultiNodeWithoutASecretIsInvalidConfig) {
+  int64_t t0 = NowMs();
+  EXPECT_EQ(RUCCL_ERR_INVALID_CONFIG, Register(nullptr));
+  EXPECT_LT(NowMs() - t0, 500) << "refused before any waiting";
+  std::string why = ruccl_last_error();
+  for (const char *way : {"ruccl_config_set_secret", "RUCCL_SECRET", "RUCCL_SECRET_FILE"})
+    EXPECT_NE(why.find(way), std::string::npos) << why;
+  // A single-node configuration needs none.
+  ruccl_config_t c = MakeConfig(1);
+  ruccl_comm_t *comm = nullptr;
+  ASSERT_EQ(RUCCL_OK, ruccl_register(0, Cpu(), &c, &comm)) << ruccl_last_error();
+  ruccl_finish(comm);
+  // The configuration's own secret: registration goes on (to the timeout here).
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, Register("set"));
+}
+
+TEST_F(SecretEnv, TheEnvironmentGivesTheSecretWhenTheConfigurationHasNone) {
+  setenv("RUCCL_SECRET", "from-env", 1);
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, Register(nullptr)) << ruccl_last_error();
+  unsigned char out[RUCCL_MAX_SECRET];
+  size_t len = 0;
+  ASSERT_EQ(RUCCL_OK, ruccl_secret_from_env(out, &len));
+  EXPECT_EQ("from-env", std::string(reinterpret_cast<char *>(out), len));
+
+  unsetenv("RUCCL_SECRET");
+  std::string bytes("with\0nul\n", 10);  // every byte counts, a newline and a NUL too
+  setenv("RUCCL_SECRET_FILE", File(bytes).c_str(), 1);
+  ASSERT_EQ(RUCCL_OK, ruccl_secret_from_env(out, &len)) << ruccl_last_error();
+  EXPECT_EQ(bytes, std::string(reinterpret_cast<char *>(out), len));
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, Register(nullptr)) << ruccl_last_error();
+
+  setenv("RUCCL_SECRET", "wins", 1);  // RUCCL_SECRET before the file
+  ASSERT_EQ(RUCCL_OK, ruccl_secret_from_env(out, &len));
+  EXPECT_EQ("wins", std::string(reinterpret_cast<char *>(out), len));
+}
+
+TEST_F(SecretEnv, ABadSecretFileIsInvalidConfigNamingIt) {
+  const std::string missing = "/nonexistent/ruccl-secret";
+  for (const std::string &path : {missing, File(""), File(std::string(RUCCL_MAX_SECRET + 1, 'x'))}) {
+    setenv("RUCCL_SECRET_FILE", path.c_str(), 1);
+    EXPECT_EQ(RUCCL_ERR_INVALID_CONFIG, Register(nullptr)) << path;
+    EXPECT_NE(std::string(ruccl_last_error()).find(path), std::string::npos) << ruccl_last_error();
+  }
+  setenv("RUCCL_SECRET_FILE", File(std::string(RUCCL_MAX_SECRET, 'x')).c_str(), 1);  // the longest allowed
+  EXPECT_EQ(RUCCL_ERR_TIMEOUT, Register(nullptr)) << ruccl_last_error();
+  setenv("RUCCL_SECRET", std::string(RUCCL_MAX_SECRET + 1, 'y').c_str(), 1);
+  EXPECT_EQ(RUCCL_ERR_INVALID_CONFIG, Register(nullptr));
 }
 
 /* Fields written directly (not through the setters) are validated at registration. */

@@ -706,6 +706,7 @@ TEST(MultiNode, DataPortInUseIsAnIoError) {
   // the orchestrator holds this port
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_data_service_port(&cfg, (unsigned)ruccl_orchestrator_port(orch.o)));
   ASSERT_EQ(RUCCL_OK, ruccl_config_set_timeout_ms(&cfg, 2000));
+  ASSERT_EQ(RUCCL_OK, ruccl_config_set_secret(&cfg, kSecret, strlen(kSecret)));
   ruccl_comm_t *comm = nullptr;
   EXPECT_EQ(RUCCL_ERR_IO, ruccl_register(0, {RUCCL_DEVICE_CPU, 0}, &cfg, &comm));
   EXPECT_NE(nullptr, strstr(ruccl_last_error(), "in use")) << ruccl_last_error();

@@ -120,6 +120,34 @@ TEST(OrchestratorProgram, SecretFromAFileWinsOverTheEnvironment) {
   unlink(path);
 }
 
+// Secure by default: without --secret-file, RUCCL_SECRET or RUCCL_SECRET_FILE the
+// program does not start (an orchestrator keyed with nothing would admit anyone).
+TEST(OrchestratorProgram, NoSecretRefusesToStart) {
+  const char *file = getenv("RUCCL_SECRET_FILE");
+  std::string saved = file ? file : "";
+  unsetenv("RUCCL_SECRET_FILE");
+  Program p = start({"--listen", "127.0.0.1:0"}, "");
+  EXPECT_EQ(1, stop(p, 0));
+  if (file) setenv("RUCCL_SECRET_FILE", saved.c_str(), 1);
+}
+
+TEST(OrchestratorProgram, SecretFileFromTheEnvironment) {
+  char path[] = "/tmp/ruccl-secret-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(9, write(fd, "env-file\n", 9));
+  close(fd);
+  setenv("RUCCL_SECRET_FILE", path, 1);
+  Program p = start({"--listen", "127.0.0.1:0"}, "");
+  unsetenv("RUCCL_SECRET_FILE");
+  std::string addr = ready_address(p);
+  ASSERT_NE("", addr);
+  EXPECT_EQ(RUCCL_OK, join_once(addr, "env-file\n")) << ruccl_last_error();
+  EXPECT_EQ(RUCCL_ERR_AUTH, join_once(addr, "env-file"));
+  EXPECT_EQ(0, stop(p, SIGTERM));
+  unlink(path);
+}
+
 TEST(OrchestratorProgram, BadArgumentsFail) {
   Program usage = start({}, "");
   EXPECT_EQ(2, stop(usage, 0));

@@ -1,13 +1,15 @@
 /* ruccl_orchestrator.c — the program `ruccl-orchestrator --listen HOST:PORT
  * [--secret-file FILE]`: runs the multi-node rendezvous server until SIGINT or
- * SIGTERM.  The secret comes from --secret-file, else from RUCCL_SECRET, else is
- * empty.  It prints the address it bound ("listening on HOST:PORT") once ready. */
+ * SIGTERM.  The secret comes from --secret-file, else from RUCCL_SECRET, else from
+ * the file RUCCL_SECRET_FILE names; without one it refuses to start.  It prints the address it bound ("listening on HOST:PORT") once ready. */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "ruccl.h"
 
@@ -31,31 +33,15 @@ int main(int argc, char **argv) {
   }
   if (!listen) return usage();
   unsigned char secret[RUCCL_MAX_SECRET];
-  size_t secret_len = 0;
-  if (secret_file) {
-    FILE *f = fopen(secret_file, "rb");
-    if (!f) {
-      perror(secret_file);
-      return 1;
-    }
-    secret_len = fread(secret, 1, sizeof secret, f);
-    int extra = fgetc(f);
-    fclose(f);
-    if (extra != EOF) {
-      fprintf(stderr, "%s: a secret is at most %d bytes\n", secret_file, RUCCL_MAX_SECRET);
-      return 1;
-    }
-  } else if (getenv("RUCCL_SECRET")) {
-    const char *s = getenv("RUCCL_SECRET");
-    secret_len = strlen(s);
-    if (secret_len > sizeof secret) {
-      fprintf(stderr, "RUCCL_SECRET: a secret is at most %d bytes\n", RUCCL_MAX_SECRET);
-      return 1;
-    }
-    memcpy(secret, s, secret_len);
+  size_t secret_len = 0; /* none given: the environment's, else the orchestrator refuses to start */
+  if (secret_file && ruccl_secret_from_file(secret_file, secret, &secret_len) != RUCCL_OK) {
+    fprintf(stderr, "ruccl-orchestrator: %s\n", ruccl_last_error());
+    return 1;
   }
   ruccl_orchestrator_t *o;
-  if (ruccl_orchestrator_start(listen, secret, secret_len, &o) != RUCCL_OK) {
+  ruccl_result_t rc = ruccl_orchestrator_start(listen, secret, secret_len, &o);
+  OPENSSL_cleanse(secret, sizeof secret);
+  if (rc != RUCCL_OK) {
     fprintf(stderr, "ruccl-orchestrator: %s\n", ruccl_last_error());
     return 1;
   }

@@ -3,10 +3,12 @@
 #include "bootstrap.h"
 
 #include <arpa/inet.h>
+#include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../config.h"
 #include "../error.h"
 #include "../transport.h"
 #include "wire.h"
@@ -89,7 +91,12 @@ void ruccl_table_sort(ruccl_table_t *table) {
 static ruccl_result_t orchestrator_join(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me,
                                         int64_t deadline_ns, int *handle, ruccl_table_t *table) {
   (void)ctx;
-  return ruccl_bootstrap_join(cfg->global_address, cfg->secret, cfg->secret_len, me, deadline_ns, handle, table);
+  unsigned char secret[RUCCL_MAX_SECRET];
+  size_t len = 0;
+  ruccl_result_t rc = ruccl_config_session_secret(cfg, secret, &len);
+  if (rc == RUCCL_OK) rc = ruccl_bootstrap_join(cfg->global_address, secret, len, me, deadline_ns, handle, table);
+  OPENSSL_cleanse(secret, sizeof secret);
+  return rc;
 }
 
 static void orchestrator_leave(void *ctx, int handle) {

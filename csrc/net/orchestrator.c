@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../config.h"
 #include "../error.h"
 #include "../transport.h"
 #include "bootstrap_wire.h"
@@ -371,26 +372,38 @@ ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port, const void
   int port;
   ruccl_result_t rc = ruccl_split_host_port(listen_host_port, host, sizeof host, &port);
   if (rc != RUCCL_OK) return rc;
+  unsigned char env_secret[RUCCL_MAX_SECRET] = {0};
+  if (secret_len == 0) { /* no orchestrator without a secret: nodes have one */
+    rc = ruccl_secret_from_env(env_secret, &secret_len);
+    if (rc != RUCCL_OK) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", ruccl_last_error_detail());
+      return ruccl_fail(rc, "the orchestrator needs a secret (%s); " RUCCL_SECRET_HOWTO, why);
+    }
+    secret = env_secret;
+  }
   ruccl_orchestrator_t *o = calloc(1, sizeof *o);
-  if (!o) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator");
-  rc = ruccl_tcp_listen(host, port, &o->listen_fd, &o->port);
+  if (!o) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator");
+  if (o) rc = ruccl_tcp_listen(host, port, &o->listen_fd, &o->port);
+  if (rc == RUCCL_OK && pipe2(o->wake, O_CLOEXEC) != 0) {
+    close(o->listen_fd);
+    rc = ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
+  }
   if (rc != RUCCL_OK) {
+    OPENSSL_cleanse(env_secret, sizeof env_secret);
     free(o);
     return rc;
   }
-  if (pipe2(o->wake, O_CLOEXEC) != 0) {
-    close(o->listen_fd);
-    free(o);
-    return ruccl_fail(RUCCL_ERR_IO, "pipe: %s", strerror(errno));
-  }
   memcpy(o->secret, secret, secret_len);
   o->secret_len = secret_len;
+  OPENSSL_cleanse(env_secret, sizeof env_secret);
   pthread_mutex_init(&o->mu, NULL);
   pthread_cond_init(&o->idle, NULL);
   if (pthread_create(&o->acceptor, NULL, accept_loop, o) != 0) {
     close(o->listen_fd);
     close(o->wake[0]);
     close(o->wake[1]);
+    OPENSSL_cleanse(o->secret, sizeof o->secret);
     free(o);
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator thread");
   }
@@ -418,6 +431,7 @@ ruccl_result_t ruccl_orchestrator_stop(ruccl_orchestrator_t *o) {
   close(o->wake[1]);
   pthread_mutex_destroy(&o->mu);
   pthread_cond_destroy(&o->idle);
+  OPENSSL_cleanse(o->secret, sizeof o->secret);
   free(o);
   return RUCCL_OK;
 }

@@ -4,6 +4,7 @@
    transport_tcp.h), and number every peer of the session in ascending-id order. */
 #include "session.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,13 +127,17 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
-  memcpy(net->secret, cfg->secret, cfg->secret_len);
-  net->secret_len = cfg->secret_len;
+  ruccl_result_t src = ruccl_config_session_secret(cfg, net->secret, &net->secret_len);
+  if (src != RUCCL_OK) {
+    free(net);
+    return src;
+  }
   net->timeout_ms = cfg->timeout_ms;
   net->cancel = &g->cancel;
   net->bootstrap = bootstrap;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
   if (rc != RUCCL_OK) {
+    OPENSSL_cleanse(net->secret, sizeof net->secret);
     free(net);
     return rc;
   }
@@ -171,6 +176,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   if (rc != RUCCL_OK) {
     bootstrap->leave(bootstrap->ctx, net->orchestrator_fd);
     ruccl_net_close(net, 0);
+    OPENSSL_cleanse(net->secret, sizeof net->secret);
     free(net);
     return rc;
   }

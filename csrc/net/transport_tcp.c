@@ -529,6 +529,8 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
      for: a peer cut off would hold the close for the whole timeout. */
   if (atomic_load(&net->aborted)) finished = 0;
   ruccl_p2p_net_close(net, finished);
+  OPENSSL_cleanse(net->secret, sizeof net->secret); /* nothing dials or answers any more */
+  net->secret_len = 0;
   if (finished) finish_links(net);
   for (unsigned i = 0; net->fds && i < net->num_nodes; i++) {
     if (net->fds[i] >= 0) close(net->fds[i]);

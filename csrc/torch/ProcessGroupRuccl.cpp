@@ -8,6 +8,8 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+#include <openssl/crypto.h>
 
 #ifdef RUCCL_TORCH_CUDA
 // c10's CUDA headers only (ATen/cuda/* pulls in cuBLAS and cuSPARSE headers).
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 
@@ -615,12 +618,25 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
   check(ruccl_config_set_group_name(&cfg, group.c_str()));
   if (o.size > 1) {
     if (!o.store) fail(RUCCL_ERR_INVALID_CONFIG, "the backend needs torch's store to rendezvous");
-    // The session secret (no stranger joins the data connections): RUCCL_SECRET, else
-    // one rank 0 shares through the store.
+    // The session secret (no stranger joins the data connections): RUCCL_SECRET or
+    // RUCCL_SECRET_FILE, else one rank 0 shares through the store (as strong as the
+    // store is private: said once per process).
     std::string secret;
-    if (const char *env = std::getenv("RUCCL_SECRET")) {
-      secret = env;
+    const char *env = std::getenv("RUCCL_SECRET"), *file = std::getenv("RUCCL_SECRET_FILE");
+    if ((env && *env) || (file && *file)) {
+      unsigned char key[RUCCL_MAX_SECRET];
+      size_t len = 0;
+      check(ruccl_secret_from_env(key, &len));
+      secret.assign(reinterpret_cast<const char *>(key), len);
+      OPENSSL_cleanse(key, sizeof key);
     } else {
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        LOG(WARNING) << "ruccl: no RUCCL_SECRET or RUCCL_SECRET_FILE: rank 0 shares a random session secret "
+                        "through torch's store, so authentication is only as strong as access to the store "
+                        "(MASTER_ADDR:MASTER_PORT); give every rank the same RUCCL_SECRET or RUCCL_SECRET_FILE "
+                        "for real authentication";
+      });
       try {
         secret = shared_secret(*o.store, "ruccl/" + group, o.rank, o.size, o.timeout);
       } catch (const std::exception &e) {
@@ -633,6 +649,7 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
     check(ruccl_config_set_node_address(&cfg, o.node_address.c_str()));
     check(ruccl_config_set_data_service_port(&cfg, 0));
     check(ruccl_config_set_secret(&cfg, secret.data(), secret.size()));
+    OPENSSL_cleanse(secret.data(), secret.size());
   }
   check(ruccl_register(static_cast<uint32_t>(o.rank), ruccl_device_t{RUCCL_DEVICE_CPU, 0}, &cfg, &comm_));
   timeout_ms_ = std::max<int64_t>(o.timeout.count(), 1);

@@ -1,6 +1,7 @@
 """Claims of the README and the backend's docs, each checked in real processes:
 
-- RUCCL_SECRET overrides the session secret rank 0 shares through torch's store;
+- RUCCL_SECRET and RUCCL_SECRET_FILE override the session secret rank 0 shares
+  through torch's store; without them each process WARNs that the store guards it;
 - ruccl_pg.node_address(): RUCCL_NODE_ADDRESS, else the route toward MASTER_ADDR, else
   127.0.0.1; and a group whose data ports are bound to RUCCL_NODE_ADDRESS works;
 - BAND/BOR on bool reduce exactly; the unsupported ops fail with RUCCL_ERR_UNSUPPORTED
@@ -101,18 +102,27 @@ def w_secret(rank, ws, ports, directory):
     """Four sessions, each on its own port, the ranks in step between them (a file
     barrier: a failed init leaves no group to synchronise with).  Returns, per session,
     (error or None, the ruccl log of this rank's init)."""
+    secret_file = os.path.join(directory, "secret")
+    if rank == 0:
+        with open(secret_file + ".tmp", "wb") as f:
+            f.write(b"from a file\n\x00\xff")
+        os.replace(secret_file + ".tmp", secret_file)
     scenarios = [
         ("different", f"secret-of-rank-{rank}"),
         ("same", "one-secret-for-all"),
-        ("rank 1 only", "rank-1-alone" if rank == 1 else None),  # rank 0 publishes one in the store
+        ("file", ("file", secret_file)),
+        ("store", None),  # both: rank 0 publishes one in the store, with a WARN
+        ("rank 1 only", "rank-1-alone" if rank == 1 else None),
         ("rank 0 only", "rank-0-alone" if rank == 0 else None),
     ]
     results = {}
     for k, (name, secret) in enumerate(scenarios):
         file_barrier(directory, f"start-{k}", rank, ws)
-        if secret is None:
-            os.environ.pop("RUCCL_SECRET", None)
-        else:
+        os.environ.pop("RUCCL_SECRET", None)
+        os.environ.pop("RUCCL_SECRET_FILE", None)
+        if isinstance(secret, tuple):
+            os.environ["RUCCL_SECRET_FILE"] = secret[1]
+        elif secret is not None:
             os.environ["RUCCL_SECRET"] = secret
         log = os.path.join(directory, f"log-{k}-{rank}")
         err = None
@@ -137,8 +147,9 @@ def test_ruccl_secret_overrides_the_store_secret(tmp_path):
     RUCCL_ERR_AUTH) and times out waiting.  The same RUCCL_SECRET works.  A rank with
     RUCCL_SECRET does not use the secret rank 0 published in the store (rank 1 only:
     AUTH), and a rank 0 with RUCCL_SECRET publishes none (rank 0 only: rank 1 waits for
-    the store's secret in vain)."""
-    res = run_workers(2, w_secret, [free_port() for _ in range(4)], str(tmp_path),
+    the store's secret in vain).  RUCCL_SECRET_FILE works like RUCCL_SECRET (every byte
+    of the file); the store's secret works and WARNs, once per process."""
+    res = run_workers(2, w_secret, [free_port() for _ in range(6)], str(tmp_path),
                       env={"RUCCL_DEBUG": "INFO"}, timeout=60)
     r0, r1 = res
 
@@ -151,6 +162,16 @@ def test_ruccl_secret_overrides_the_store_secret(tmp_path):
 
     assert r0["same"][0] is None and r1["same"][0] is None, f"same RUCCL_SECRET: {r0['same'][0]!r}, {r1['same'][0]!r}"
     assert "node 1: connected to node 0" in r1["same"][1], r1["same"][1]
+
+    # RUCCL_SECRET_FILE: every byte of the file (a newline, a NUL, 0xff) is the secret
+    assert r0["file"][0] is None and r1["file"][0] is None, f"RUCCL_SECRET_FILE: {r0['file'][0]!r}, {r1['file'][0]!r}"
+    # Without either, the store's secret works and each process says once how weak it is
+    warn = "authentication is only as strong as access to the store"
+    for r in (r0, r1):
+        assert r["store"][0] is None, f"store secret: {r['store'][0]!r}"
+        assert warn in r["store"][1], f"no WARN with the store's secret:\n{r['store'][1]}"
+        for name in ("different", "same", "file"):
+            assert warn not in r[name][1], f"{name}: a WARN although a secret was given:\n{r[name][1]}"
 
     e0, e1 = r0["rank 0 only"][0], r1["rank 0 only"][0]
     assert e1 is not None and e1.startswith("RUCCL_ERR_TIMEOUT") and "secret did not come through the store" in e1, (
