@@ -29,6 +29,7 @@ extern char **environ;
 namespace {
 
 const char kSecret[] = "multinode-secret";
+const uint16_t kNodeHello = 20;  // the first frame of a link between nodes (transport_tcp.c)
 
 struct Orchestrator {
   ruccl_orchestrator_t *o = nullptr;
@@ -659,11 +660,22 @@ TEST(MultiNode, StrangersOnADataPortAreRefusedWithoutDisturbingTheSession) {
     int fd;
     if (ruccl_tcp_connect("127.0.0.1", port, ruccl_now_ns() + 200000000, &fd) != RUCCL_OK) continue;
     attempts++;
-    if (attempts % 2) {  // garbage, an oversized frame header included
+    if (attempts % 3 == 1) {  // garbage, an oversized frame header included
       const unsigned char junk[] = {0x52, 0x55, 0x43, 0x43, 0, 2, 0, 0, 0xff, 0xff, 0xff, 0xff, 'x', 'y'};
       ruccl_write_all(fd, junk, sizeof junk, ruccl_now_ns() + 200000000);
-    } else {  // a client with the wrong secret
-      EXPECT_NE(RUCCL_OK, ruccl_auth_client(fd, "wrong", 5, ruccl_now_ns() + 2000000000LL));
+    } else if (attempts % 3 == 2) {  // a client with the wrong secret
+      unsigned char key[RUCCL_AUTH_KEY_BYTES];
+      ASSERT_EQ(RUCCL_OK, ruccl_auth_key("wrong", 5, key));
+      EXPECT_EQ(RUCCL_ERR_AUTH, ruccl_auth_client(fd, key, kNodeHello, nullptr, 0, ruccl_now_ns() + 2000000000LL));
+    } else {  // the right secret, for another group (and no session's id): proven, then dropped
+      unsigned char key[RUCCL_AUTH_KEY_BYTES], context[64 + 16 + 8] = {};
+      snprintf(reinterpret_cast<char *>(context), 64, "another-group");
+      context[64 + 16 + 3] = 1;  // "node 1"
+      ASSERT_EQ(RUCCL_OK, ruccl_auth_key(kSecret, strlen(kSecret), key));
+      EXPECT_EQ(RUCCL_OK, ruccl_auth_client(fd, key, kNodeHello, context, sizeof context, ruccl_now_ns() + 2000000000LL));
+      char byte;
+      EXPECT_EQ(RUCCL_ERR_PEER_LOST, ruccl_read_all(fd, &byte, 1, ruccl_now_ns() + 3000000000LL))
+          << "the node took a link proven for another group";
     }
     close(fd);
   }

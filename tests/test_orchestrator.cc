@@ -38,6 +38,11 @@ struct Orchestrator {
 
 int64_t in_ms(int64_t ms) { return ruccl_now_ns() + ms * 1000000; }
 
+struct Key {  // the handshake key of a secret
+  unsigned char k[RUCCL_AUTH_KEY_BYTES];
+  explicit Key(const char *secret) { EXPECT_EQ(RUCCL_OK, ruccl_auth_key(secret, strlen(secret), k)); }
+};
+
 ruccl_join_t make_join(const char *group, uint32_t num_nodes, std::vector<uint32_t> ids, uint32_t port,
                        unsigned char digest_byte = 7) {
   ruccl_join_t j;
@@ -168,16 +173,147 @@ TEST(Orchestrator, GarbageTruncatedAndOversizedFramesAreDropped) {
     ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, "RU", 2, in_ms(1000)));
     close(fd);
   }
-  {  // authenticated, then a malformed JOIN
+  {  // authenticated, with a malformed JOIN
     int fd = raw_connect(port);
-    ASSERT_EQ(RUCCL_OK, ruccl_auth_client(fd, kSecret, strlen(kSecret), in_ms(2000)));
     unsigned char bogus[40] = {1, 2, 3};
-    ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_JOIN, bogus, sizeof bogus, in_ms(1000)));
+    ASSERT_EQ(RUCCL_OK, ruccl_auth_client(fd, Key(kSecret).k, RUCCL_FRAME_JOIN, bogus, sizeof bogus, in_ms(2000)));
     char buf[16];
     EXPECT_EQ(RUCCL_ERR_PEER_LOST, ruccl_read_all(fd, buf, 1, in_ms(3000)));
     close(fd);
   }
   expect_two_node_session(orch, "after-garbage");
+}
+
+// A raw frame: its type and payload (read whole, or type 0 when the connection
+// ended or timed out).
+struct Frame {
+  uint16_t type = 0;
+  std::vector<unsigned char> payload;
+};
+Frame read_frame(int fd, int64_t ms = 2000) {
+  Frame f;
+  std::vector<unsigned char> buf(RUCCL_WIRE_MAX_CONTROL);
+  uint32_t len = 0;
+  if (ruccl_frame_recv(fd, &f.type, buf.data(), (uint32_t)buf.size(), &len, in_ms(ms)) != RUCCL_OK) return Frame{};
+  f.payload.assign(buf.begin(), buf.begin() + len);
+  return f;
+}
+
+// A stranger that stops at each step of the handshake, or lies at it, leaves the
+// orchestrator serving: nothing it sends is taken before a valid proof.
+TEST(Handshake, AStrangerAtEachStepIsDroppedAndTheSessionGoesOn) {
+  Orchestrator orch;
+  int port = ruccl_orchestrator_port(orch.o);
+  for (int step = 0; step < 6; step++) {
+    int fd = raw_connect(port);
+    Frame hello = step > 0 ? read_frame(fd) : Frame{};
+    if (step > 0) {
+      EXPECT_EQ(RUCCL_FRAME_HELLO, hello.type);
+      EXPECT_EQ(4u + 32u, hello.payload.size()) << "version and nonce";
+    }
+    std::vector<unsigned char> auth(32 + 32 + 2, 0xab);  // a nonce, a proof, a type
+    if (step == 2) {  // half an AUTH frame, then gone
+      ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(66)};
+      ruccl_write_all(fd, &h, sizeof h, in_ms(1000));
+      ruccl_write_all(fd, auth.data(), 20, in_ms(1000));
+    }
+    if (step == 3) {  // a made-up proof: refused (AUTH_FAIL), never answered with a proof
+      ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), (uint32_t)auth.size(), in_ms(1000)));
+      EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(fd).type);
+    }
+    if (step == 4) {  // shorter than a nonce and a proof
+      ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), 40, in_ms(1000)));
+      EXPECT_EQ(0, read_frame(fd).type) << "closed without an answer";
+    }
+    if (step == 5) {  // another frame instead of AUTH (a JOIN before the proof)
+      ruccl_join_t j = make_join("stranger", 1, {0}, 1000);
+      ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_JOIN, &j, 64, in_ms(1000)));
+      EXPECT_EQ(0, read_frame(fd).type) << "closed without an answer";
+    }
+    close(fd);
+  }
+  expect_two_node_session(orch, "after-strangers");
+}
+
+// A proof holds for one handshake only: an AUTH frame a node sent for one nonce,
+// relayed by a man in the middle into another connection, is refused; relayed into
+// the connection whose nonce it answers, it is what the node said (the JOIN inside
+// it, group and all, cannot be changed without breaking the proof).
+TEST(Handshake, AReplayedOrAlteredProofIsRefused) {
+  Orchestrator orch;
+  int port = ruccl_orchestrator_port(orch.o);
+  int first = raw_connect(port), second = raw_connect(port);
+  Frame hello1 = read_frame(first), hello2 = read_frame(second);
+  ASSERT_EQ(RUCCL_FRAME_HELLO, hello1.type);
+  ASSERT_EQ(RUCCL_FRAME_HELLO, hello2.type);
+  EXPECT_NE(hello1.payload, hello2.payload) << "every connection gets a fresh nonce";
+
+  // A real client answers hello1 through a socket pair (the man in the middle).
+  int sp[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
+  ruccl_join_t j = make_join("relay", 1, {0}, 1000);
+  size_t jlen = 0;
+  unsigned char *wire = ruccl_join_encode(&j, &jlen);
+  ASSERT_NE(nullptr, wire);
+  std::thread client([&] {
+    ruccl_auth_client(sp[1], Key(kSecret).k, RUCCL_FRAME_JOIN, wire, (uint32_t)jlen, in_ms(3000));
+  });
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], hello1.type, hello1.payload.data(), (uint32_t)hello1.payload.size(),
+                                       in_ms(1000)));
+  Frame auth = read_frame(sp[0]);
+  ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
+  shutdown(sp[0], SHUT_RDWR);
+  client.join();
+  close(sp[0]);
+  close(sp[1]);
+  free(wire);
+
+  // Replayed into the second connection (another nonce): refused.
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(second, auth.type, auth.payload.data(), (uint32_t)auth.payload.size(), in_ms(1000)));
+  EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(second).type);
+  close(second);
+
+  // Altered (another group name in the JOIN it carries) into the first: refused.
+  int third = raw_connect(port);
+  Frame hello3 = read_frame(third);
+  (void)hello3;
+  std::vector<unsigned char> altered = auth.payload;
+  altered[66] ^= 1;  // the JOIN's first byte: its group name
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(first, auth.type, altered.data(), (uint32_t)altered.size(), in_ms(1000)));
+  EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(first).type);
+  close(first);
+
+  // The untouched frame answers nothing but its own nonce: on a third connection it fails too.
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(third, auth.type, auth.payload.data(), (uint32_t)auth.payload.size(), in_ms(1000)));
+  EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(third).type);
+  close(third);
+  expect_two_node_session(orch, "after-replay");
+}
+
+// The server proves itself only after the client has: a client with a wrong secret
+// gets AUTH_FAIL and no proof of the server's to guess the secret from.
+TEST(Handshake, TheServerRevealsNoProofToAClientThatHasNotProvenItself) {
+  Orchestrator orch;
+  int fd = raw_connect(ruccl_orchestrator_port(orch.o));
+  Frame hello = read_frame(fd);
+  ASSERT_EQ(RUCCL_FRAME_HELLO, hello.type);
+  // a well-formed AUTH under another key, through a socket pair as before
+  int sp[2];
+  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
+  std::thread client([&] { ruccl_auth_client(sp[1], Key("guess").k, RUCCL_FRAME_JOIN, "x", 1, in_ms(3000)); });
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], hello.type, hello.payload.data(), (uint32_t)hello.payload.size(), in_ms(1000)));
+  Frame auth = read_frame(sp[0]);
+  shutdown(sp[0], SHUT_RDWR);
+  client.join();
+  close(sp[0]);
+  close(sp[1]);
+  ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
+  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, auth.type, auth.payload.data(), (uint32_t)auth.payload.size(), in_ms(1000)));
+  Frame answer = read_frame(fd);
+  EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, answer.type);
+  EXPECT_TRUE(answer.payload.empty()) << "AUTH_FAIL carries nothing";
+  EXPECT_EQ(0, read_frame(fd, 1000).type) << "and the connection ends";
+  close(fd);
 }
 
 TEST(Orchestrator, DuplicatePeerIdAcrossNodesIsRefused) {

@@ -33,11 +33,14 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
   if (rc == RUCCL_OK) rc = ruccl_tcp_connect(host, port, deadline_ns, &fd);
   if (rc == RUCCL_ERR_TIMEOUT) rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "the orchestrator at %s is unreachable", host_port);
   if (rc != RUCCL_OK) return rc;
-  rc = ruccl_auth_client(fd, secret, secret_len, deadline_ns);
+  /* The JOIN travels inside the handshake: the orchestrator reads it once we proved the secret */
+  unsigned char key[RUCCL_AUTH_KEY_BYTES];
+  rc = ruccl_auth_key(secret, secret_len, key);
   size_t len = 0;
   unsigned char *wire = rc == RUCCL_OK ? ruccl_join_encode(me, &len) : NULL;
   if (rc == RUCCL_OK && !wire) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
-  if (rc == RUCCL_OK) rc = ruccl_frame_send(fd, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, key, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
+  OPENSSL_cleanse(key, sizeof key);
   free(wire);
   if (rc == RUCCL_OK)
     ruccl_log(2, "joined group '%s' at the orchestrator %s: waiting for its %u nodes", me->group, host_port,

@@ -74,8 +74,7 @@ struct ruccl_orchestrator {
   int listen_fd;
   int port;
   int wake[2]; /* a byte here stops the accept loop */
-  unsigned char secret[RUCCL_MAX_SECRET];
-  size_t secret_len;
+  unsigned char key[RUCCL_AUTH_KEY_BYTES]; /* stretched from the secret (wire.h) */
   pthread_t acceptor;
   pthread_mutex_t mu;
   pthread_cond_t idle;
@@ -266,17 +265,15 @@ static void wait_out_running_session(ruccl_orchestrator_t *o, const char *group)
 static void *serve(void *arg) {
   conn_t *c = arg;
   ruccl_orchestrator_t *o = c->orch;
-  ruccl_result_t rc = ruccl_auth_server(c->fd, o->secret, o->secret_len, ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS);
-  unsigned char *buf = NULL;
-  if (rc == RUCCL_OK) {
-    buf = malloc(RUCCL_WIRE_MAX_CONTROL);
-    uint16_t type = 0;
-    uint32_t len = 0;
-    rc = buf ? ruccl_frame_recv(c->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len, ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS)
-             : RUCCL_ERR_NO_MEMORY;
-    if (rc == RUCCL_OK && (type != RUCCL_FRAME_JOIN || ruccl_join_decode(buf, len, &c->join) != RUCCL_OK))
-      rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator: the first frame after authentication is not a valid JOIN");
-  }
+  /* The JOIN comes inside the handshake, once the node has proven the secret */
+  unsigned char *buf = malloc(RUCCL_WIRE_MAX_CONTROL);
+  uint16_t type = 0;
+  uint32_t len = 0;
+  ruccl_result_t rc = buf ? ruccl_auth_server(c->fd, o->key, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len,
+                                              ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS)
+                          : ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator connection");
+  if (rc == RUCCL_OK && (type != RUCCL_FRAME_JOIN || ruccl_join_decode(buf, len, &c->join) != RUCCL_OK))
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator: the first frame of the handshake is not a valid JOIN");
   if (rc == RUCCL_OK) {
     char why[256];
     pthread_mutex_lock(&o->mu);
@@ -394,16 +391,22 @@ ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port, const void
     free(o);
     return rc;
   }
-  memcpy(o->secret, secret, secret_len);
-  o->secret_len = secret_len;
+  rc = ruccl_auth_key(secret, secret_len, o->key);
   OPENSSL_cleanse(env_secret, sizeof env_secret);
+  if (rc != RUCCL_OK) {
+    close(o->listen_fd);
+    close(o->wake[0]);
+    close(o->wake[1]);
+    free(o);
+    return rc;
+  }
   pthread_mutex_init(&o->mu, NULL);
   pthread_cond_init(&o->idle, NULL);
   if (pthread_create(&o->acceptor, NULL, accept_loop, o) != 0) {
     close(o->listen_fd);
     close(o->wake[0]);
     close(o->wake[1]);
-    OPENSSL_cleanse(o->secret, sizeof o->secret);
+    OPENSSL_cleanse(o->key, sizeof o->key);
     free(o);
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator thread");
   }
@@ -431,7 +434,7 @@ ruccl_result_t ruccl_orchestrator_stop(ruccl_orchestrator_t *o) {
   close(o->wake[1]);
   pthread_mutex_destroy(&o->mu);
   pthread_cond_destroy(&o->idle);
-  OPENSSL_cleanse(o->secret, sizeof o->secret);
+  OPENSSL_cleanse(o->key, sizeof o->key);
   free(o);
   return RUCCL_OK;
 }

@@ -263,14 +263,14 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len, int64_t deadline_ns) {
+int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, unsigned from, const void *hello, size_t len, int64_t deadline_ns) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p || len != HELLO_BYTES) return 0;
   char group[RUCCL_MAX_GROUP_NAME];
   memcpy(group, hello, sizeof group);
   group[sizeof group - 1] = 0;
   uint32_t k = get_u32((const unsigned char *)hello + RUCCL_MAX_GROUP_NAME);
-  if (strcmp(group, net->group) != 0 || k >= p->num_nodes || k == p->me) return 0;
+  if (k != from || strcmp(group, net->group) != 0 || k >= p->num_nodes || k == p->me) return 0;
   pthread_mutex_lock(&p->in_mu);
   int taken = p->in[k].fd < 0 && !atomic_load(&p->stop);
   if (taken) {

@@ -70,7 +70,7 @@ ruccl_result_t ruccl_p2p_net_send(ruccl_net_t *net, unsigned node, uint32_t src,
 /* For the data port: an authenticated connection whose first frame (hello, len
    bytes) was RUCCL_FRAME_P2P.  Takes fd (returns 1: a stream from a node of this
    session, acknowledged) or leaves it to the caller to close (0). */
-int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, const void *hello, size_t len, int64_t deadline_ns);
+int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, unsigned from, const void *hello, size_t len, int64_t deadline_ns);
 
 /* Tells node `node` on the control connection (opened if need be) that this node
    stops the session with code.

@@ -127,7 +127,11 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
-  ruccl_result_t src = ruccl_config_session_secret(cfg, net->secret, &net->secret_len);
+  unsigned char secret[RUCCL_MAX_SECRET];
+  size_t secret_len = 0;
+  ruccl_result_t src = ruccl_config_session_secret(cfg, secret, &secret_len);
+  if (src == RUCCL_OK) src = ruccl_auth_key(secret, secret_len, net->key);
+  OPENSSL_cleanse(secret, sizeof secret);
   if (src != RUCCL_OK) {
     free(net);
     return src;
@@ -137,7 +141,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   net->bootstrap = bootstrap;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
   if (rc != RUCCL_OK) {
-    OPENSSL_cleanse(net->secret, sizeof net->secret);
+    OPENSSL_cleanse(net->key, sizeof net->key);
     free(net);
     return rc;
   }
@@ -176,7 +180,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   if (rc != RUCCL_OK) {
     bootstrap->leave(bootstrap->ctx, net->orchestrator_fd);
     ruccl_net_close(net, 0);
-    OPENSSL_cleanse(net->secret, sizeof net->secret);
+    OPENSSL_cleanse(net->key, sizeof net->key);
     free(net);
     return rc;
   }

@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -177,12 +179,35 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
   return ruccl_tcp_listen(host, (int)port, &net->listen_fd, &net->data_port);
 }
 
+/* A link's context, ahead of the first frame in the handshake: the group (zero
+   padded), the session id, the dialling node and the dialled one (big-endian). */
+#define LINK_CONTEXT_BYTES (RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 8)
+#define LINK_FIRST_MAX 256 /* the largest first frame after the context */
+
+static void put_be32(unsigned char *p, uint32_t v) {
+  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
+}
+static uint32_t get_be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void link_context(const ruccl_net_t *net, unsigned from, unsigned to, unsigned char out[LINK_CONTEXT_BYTES]) {
+  memset(out, 0, RUCCL_MAX_GROUP_NAME);
+  memcpy(out, net->group, strnlen(net->group, RUCCL_MAX_GROUP_NAME - 1));
+  memcpy(out + RUCCL_MAX_GROUP_NAME, net->session, RUCCL_SESSION_ID_BYTES);
+  put_be32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES, from);
+  put_be32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 4, to);
+}
+
 ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const void *hello, size_t len,
                               int64_t deadline_ns, int *fd) {
   *fd = -1;
+  if (len > LINK_FIRST_MAX) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "a first frame of %zu bytes", len);
+  unsigned char first[LINK_CONTEXT_BYTES + LINK_FIRST_MAX];
+  link_context(net, net->me, k, first);
+  if (len) memcpy(first + LINK_CONTEXT_BYTES, hello, len);
   ruccl_result_t rc = ruccl_tcp_connect(net->nodes[k].address, (int)net->nodes[k].port, deadline_ns, fd);
-  if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->secret, net->secret_len, deadline_ns);
-  if (rc == RUCCL_OK) rc = ruccl_frame_send(*fd, type, hello, (uint32_t)len, deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->key, type, first, (uint32_t)(LINK_CONTEXT_BYTES + len), deadline_ns);
   if (rc != RUCCL_OK && *fd >= 0) close(*fd), *fd = -1;
   return rc;
 }
@@ -211,28 +236,44 @@ static ruccl_result_t dial_node(ruccl_net_t *net, unsigned j, int64_t deadline_n
    takes it as a link from a higher node not yet linked, or as a point-to-point
    stream.  Returns 1 when fd is no longer the caller's (*node: the node now linked,
    -1 for a stream or a link refused late); 0: the caller closes fd. */
-static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *first, uint32_t len,
+static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *first, uint32_t len, unsigned from,
                            int64_t deadline_ns, int *node) {
   *node = -1;
-  if (type == RUCCL_FRAME_P2P) return ruccl_p2p_net_adopt(net, fd, first, len, deadline_ns);
+  if (type == RUCCL_FRAME_P2P) return ruccl_p2p_net_adopt(net, fd, from, first, len, deadline_ns);
   if (type != RUCCL_FRAME_NODE || len != sizeof(node_hello_t)) return 0;
   node_hello_t hello;
   memcpy(&hello, first, sizeof hello);
   uint32_t k = ntohl(hello.node);
   hello.group[sizeof hello.group - 1] = 0;
   hello.host[sizeof hello.host - 1] = 0;
-  if (strcmp(hello.group, net->group) != 0 || k <= net->me || k >= net->num_nodes || link_fd(net, k) >= 0) return 0;
+  if (k != from || strcmp(hello.group, net->group) != 0 || k <= net->me || k >= net->num_nodes || link_fd(net, k) >= 0)
+    return 0;
   ruccl_shm_link_t link;
   if (offer_shm(net, fd, k, hello.host, &link, deadline_ns) != RUCCL_OK) return 0;
   if (publish_link(net, k, fd, &link) == RUCCL_OK) *node = (int)k; /* else it closed fd */
   return 1;
 }
 
-/* Reads the first frame of a connection on the data port, after the handshake. */
-static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *type, unsigned char *buf, size_t cap,
-                       uint32_t *len) {
-  return ruccl_auth_server(fd, net->secret, net->secret_len, deadline_ns) == RUCCL_OK &&
-         ruccl_frame_recv(fd, type, buf, (uint32_t)cap, len, deadline_ns) == RUCCL_OK;
+/* The handshake of a connection on the data port, and the first frame it carries:
+   1 when the dialler proved the secret for this group, this session and this node
+   (*from: its node index; buf, *len: the frame after the context), else 0 (the
+   reason is this thread's last error). */
+static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *type, unsigned char *buf,
+                       uint32_t *len, unsigned *from) {
+  unsigned char got[LINK_CONTEXT_BYTES + LINK_FIRST_MAX];
+  uint32_t n = 0;
+  if (ruccl_auth_server(fd, net->key, type, got, sizeof got, &n, deadline_ns) != RUCCL_OK) return 0;
+  unsigned char want[LINK_CONTEXT_BYTES];
+  uint32_t k = n >= LINK_CONTEXT_BYTES ? get_be32(got + LINK_CONTEXT_BYTES - 8) : 0;
+  link_context(net, k, net->me, want);
+  if (n < LINK_CONTEXT_BYTES || memcmp(got, want, LINK_CONTEXT_BYTES) != 0 || k >= net->num_nodes || k == net->me) {
+    ruccl_fail(RUCCL_ERR_PROTOCOL, "a node proved the secret for another group, session or node");
+    return 0;
+  }
+  *from = k;
+  *len = n - LINK_CONTEXT_BYTES;
+  memcpy(buf, got + LINK_CONTEXT_BYTES, *len);
+  return 1;
 }
 
 /* ---- the data port ----------------------------------------------------------------
@@ -255,12 +296,13 @@ static void *handshake_main(void *arg) {
   free(arg);
   ruccl_net_t *net = h.net;
   int64_t deadline = ruccl_now_ns() + SETUP_HANDSHAKE_NS; /* a crowded host's node may be slow */
-  unsigned char first[256];
+  unsigned char first[LINK_FIRST_MAX];
   uint16_t type = 0;
   uint32_t len = 0;
+  unsigned from = 0;
   int node = -1;
-  int shook = first_frame(net, h.fd, deadline, &type, first, sizeof first, &len);
-  int taken = shook && take_connection(net, h.fd, type, first, len, deadline, &node);
+  int shook = first_frame(net, h.fd, deadline, &type, first, &len, &from);
+  int taken = shook && take_connection(net, h.fd, type, first, len, from, deadline, &node);
   pthread_mutex_lock(&net->port_mu);
   net->port_fds[h.slot] = -1; /* before the close below: stop_port never shuts a reused number */
   pthread_mutex_unlock(&net->port_mu);
@@ -382,6 +424,29 @@ static void plan_waits(ruccl_net_t *net) {
             net->crowded ? "eager" : "spinning");
 }
 
+/* The session's id: a digest of the group and the table, the same on every node and
+   another for a session whose nodes listen elsewhere. */
+static void session_id(ruccl_net_t *net) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  EVP_MD_CTX *c = EVP_MD_CTX_new();
+  unsigned char u[4];
+  int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
+           EVP_DigestUpdate(c, net->group, strnlen(net->group, sizeof net->group)) == 1;
+  put_be32(u, net->num_nodes);
+  ok = ok && EVP_DigestUpdate(c, u, 4) == 1;
+  for (unsigned i = 0; ok && i < net->num_nodes; i++) {
+    const ruccl_node_addr_t *a = &net->nodes[i];
+    put_be32(u, a->port);
+    ok = EVP_DigestUpdate(c, a->address, strnlen(a->address, sizeof a->address) + 1) == 1 &&
+         EVP_DigestUpdate(c, u, 4) == 1 && EVP_DigestUpdate(c, a->host, strnlen(a->host, sizeof a->host) + 1) == 1;
+  }
+  ok = ok && EVP_DigestFinal_ex(c, md, &md_len) == 1;
+  EVP_MD_CTX_free(c);
+  if (ok) memcpy(net->session, md, RUCCL_SESSION_ID_BYTES);
+  else RAND_bytes(net->session, RUCCL_SESSION_ID_BYTES); /* out of memory: this node links with nobody */
+}
+
 ruccl_result_t ruccl_net_prepare(ruccl_net_t *net, const ruccl_table_t *table, unsigned me) {
   net->num_nodes = table->num_nodes;
   net->me = me;
@@ -400,6 +465,7 @@ ruccl_result_t ruccl_net_prepare(ruccl_net_t *net, const ruccl_table_t *table, u
     a->port = table->nodes[i].data_port;
     snprintf(a->host, sizeof a->host, "%s", table->nodes[i].host);
   }
+  session_id(net);
   plan_waits(net);
   net->shm_budget = RUCCL_SHM_MAX_LINKS;
   const char *e = getenv("RUCCL_SHM_LINKS");
@@ -529,8 +595,7 @@ void ruccl_net_close(ruccl_net_t *net, int finished) {
      for: a peer cut off would hold the close for the whole timeout. */
   if (atomic_load(&net->aborted)) finished = 0;
   ruccl_p2p_net_close(net, finished);
-  OPENSSL_cleanse(net->secret, sizeof net->secret); /* nothing dials or answers any more */
-  net->secret_len = 0;
+  OPENSSL_cleanse(net->key, sizeof net->key); /* nothing dials or answers any more */
   if (finished) finish_links(net);
   for (unsigned i = 0; net->fds && i < net->num_nodes; i++) {
     if (net->fds[i] >= 0) close(net->fds[i]);

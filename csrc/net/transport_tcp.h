@@ -20,6 +20,9 @@
 #include "../transport.h"
 #include "bootstrap_wire.h"
 #include "shm_link.h"
+#include "wire.h"
+
+#define RUCCL_SESSION_ID_BYTES 16
 
 /* Where a node of the session is reached (from the rendezvous table). */
 typedef struct {
@@ -58,8 +61,8 @@ typedef struct ruccl_net {
   atomic_int *tx;     /* by node, a TCP data socket's writer: TX_IDLE, TX_MESSAGE (part of one sent), TX_CLOSED */
   const ruccl_cancel_t *cancel; /* the session's state, checked while waiting */
   char group[RUCCL_MAX_GROUP_NAME];
-  unsigned char secret[RUCCL_MAX_SECRET];
-  size_t secret_len;
+  unsigned char key[RUCCL_AUTH_KEY_BYTES]; /* the handshake's, stretched from the secret (wire.h) */
+  unsigned char session[RUCCL_SESSION_ID_BYTES]; /* this session's id: a digest of its table */
   int64_t timeout_ms; /* the session's: how long a finishing node waits for its peers to take what it sent */
   unsigned char *bounce; /* reduce-on-receive staging */
   int64_t spin_ns, sleepy_ns; /* an idle wait on shared memory spins, then yields declared sleepy, then sleeps */
@@ -76,8 +79,10 @@ ruccl_result_t ruccl_net_prepare(ruccl_net_t *net, const ruccl_table_t *table, u
    takes the higher ones, each connection authenticated with the secret; strangers
    are refused.  Then the data port stays open for the links made later. */
 ruccl_result_t ruccl_net_connect_all(ruccl_net_t *net, int64_t deadline_ns);
-/* Opens an authenticated connection to node k's data port and sends it the first
-   frame (type, payload): the one way every connection between nodes starts. */
+/* Opens an authenticated connection to node k's data port with its first frame
+   (type, payload) inside the handshake, after the link's context (group, session,
+   this node, node k), so that a frame of another group, session or pair is refused:
+   the one way every connection between nodes starts. */
 ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const void *hello, size_t len,
                               int64_t deadline_ns, int *fd);
 /* Tells every other node why this one stops (code), then shuts the sockets so that

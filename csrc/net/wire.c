@@ -240,57 +240,123 @@ ruccl_result_t ruccl_frame_recv(int fd, uint16_t *type, void *payload, uint32_t 
   return RUCCL_OK;
 }
 
-static void proof(const void *secret, size_t secret_len, const char *role, const unsigned char *a,
-                  const unsigned char *b, unsigned char out[PROOF_BYTES]) {
-  unsigned char msg[16 + 2 * NONCE_BYTES];
-  size_t rl = strlen(role);
-  memcpy(msg, role, rl);
-  memcpy(msg + rl, a, NONCE_BYTES);
-  memcpy(msg + rl + NONCE_BYTES, b, NONCE_BYTES);
-  static const unsigned char empty_key = 0;
-  unsigned int out_len = PROOF_BYTES;
-  HMAC(EVP_sha256(), secret_len ? secret : &empty_key, (int)secret_len, msg, rl + 2 * NONCE_BYTES, out, &out_len);
-}
-
-ruccl_result_t ruccl_auth_server(int fd, const void *secret, size_t secret_len, int64_t deadline_ns) {
-  unsigned char ns[NONCE_BYTES], reply[NONCE_BYTES + PROOF_BYTES], expect[PROOF_BYTES];
-  if (RAND_bytes(ns, sizeof ns) != 1) return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
-  ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, ns, sizeof ns, deadline_ns);
-  uint16_t type = 0;
-  uint32_t len = 0;
-  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, reply, sizeof reply, &len, deadline_ns);
-  if (rc != RUCCL_OK) return rc;
-  if (type != RUCCL_FRAME_AUTH || len != sizeof reply)
-    return ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication frame, got type %u of %u bytes", type, len);
-  proof(secret, secret_len, "ruccl-client", ns, reply, expect);
-  if (CRYPTO_memcmp(expect, reply + NONCE_BYTES, PROOF_BYTES) != 0) {
-    ruccl_frame_send(fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, deadline_ns);
-    return ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
-  }
-  unsigned char mine[PROOF_BYTES];
-  proof(secret, secret_len, "ruccl-server", reply, ns, mine);
-  return ruccl_frame_send(fd, RUCCL_FRAME_AUTH_OK, mine, sizeof mine, deadline_ns);
-}
-
-ruccl_result_t ruccl_auth_client(int fd, const void *secret, size_t secret_len, int64_t deadline_ns) {
-  unsigned char ns[NONCE_BYTES], msg[NONCE_BYTES + PROOF_BYTES], their[PROOF_BYTES], expect[PROOF_BYTES];
-  uint16_t type = 0;
-  uint32_t len = 0;
-  ruccl_result_t rc = ruccl_frame_recv(fd, &type, ns, sizeof ns, &len, deadline_ns);
-  if (rc != RUCCL_OK) return rc;
-  if (type != RUCCL_FRAME_HELLO || len != sizeof ns)
-    return ruccl_fail(RUCCL_ERR_PROTOCOL, "expected a hello frame, got type %u of %u bytes", type, len);
-  if (RAND_bytes(msg, NONCE_BYTES) != 1) return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
-  proof(secret, secret_len, "ruccl-client", ns, msg, msg + NONCE_BYTES);
-  rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH, msg, sizeof msg, deadline_ns);
-  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, their, sizeof their, &len, deadline_ns);
-  if (rc == RUCCL_ERR_PEER_LOST || (rc == RUCCL_OK && type == RUCCL_FRAME_AUTH_FAIL))
-    return ruccl_fail(RUCCL_ERR_AUTH, "the other side refused our proof of the session secret");
-  if (rc != RUCCL_OK) return rc;
-  if (type != RUCCL_FRAME_AUTH_OK || len != sizeof their)
-    return ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication reply, got type %u", type);
-  proof(secret, secret_len, "ruccl-server", msg, ns, expect);
-  if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0)
-    return ruccl_fail(RUCCL_ERR_AUTH, "the other side does not know the session secret");
+ruccl_result_t ruccl_auth_key(const void *secret, size_t secret_len, unsigned char key[RUCCL_AUTH_KEY_BYTES]) {
+  static const unsigned char salt[] = "ruccl-auth-v2";
+  if (secret_len == 0 || secret_len > RUCCL_MAX_SECRET || !secret)
+    return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "the session secret is empty or longer than %d bytes", RUCCL_MAX_SECRET);
+  if (PKCS5_PBKDF2_HMAC(secret, (int)secret_len, salt, sizeof salt - 1, RUCCL_AUTH_ROUNDS, EVP_sha256(),
+                        RUCCL_AUTH_KEY_BYTES, key) != 1)
+    return ruccl_fail(RUCCL_ERR_IO, "PBKDF2 failed");
   return RUCCL_OK;
+}
+
+/* HMAC(key, label | Ns | Nc | type | len | first): a proof that binds both nonces,
+   the side that speaks and the connection's first frame. */
+static void proof(const unsigned char key[RUCCL_AUTH_KEY_BYTES], const char *label, const unsigned char *ns,
+                  const unsigned char *nc, uint16_t type, const void *first, uint32_t len,
+                  unsigned char out[PROOF_BYTES]) {
+  unsigned char head[32 + 2 * NONCE_BYTES + 6];
+  size_t n = strlen(label) + 1; /* with its terminator: no label is a prefix of another */
+  memcpy(head, label, n);
+  memcpy(head + n, ns, NONCE_BYTES);
+  memcpy(head + n + NONCE_BYTES, nc, NONCE_BYTES);
+  unsigned char *t = head + n + 2 * NONCE_BYTES;
+  t[0] = (unsigned char)(type >> 8), t[1] = (unsigned char)type;
+  t[2] = (unsigned char)(len >> 24), t[3] = (unsigned char)(len >> 16), t[4] = (unsigned char)(len >> 8),
+  t[5] = (unsigned char)len;
+  size_t hl = n + 2 * NONCE_BYTES + 6;
+  unsigned char *msg = malloc(hl + len);
+  unsigned int out_len = PROOF_BYTES;
+  if (msg) {
+    memcpy(msg, head, hl);
+    if (len) memcpy(msg + hl, first, len);
+  }
+  if (!msg || !HMAC(EVP_sha256(), key, RUCCL_AUTH_KEY_BYTES, msg, hl + len, out, &out_len))
+    RAND_bytes(out, PROOF_BYTES); /* out of memory: a proof nobody can match */
+  free(msg);
+}
+
+#define HELLO_BYTES (4 + NONCE_BYTES)            /* version, Ns */
+#define AUTH_HEAD_BYTES (NONCE_BYTES + PROOF_BYTES + 2) /* Nc, proof, type; then the first frame */
+
+ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
+                                 uint32_t cap, uint32_t *len, int64_t deadline_ns) {
+  unsigned char hello[HELLO_BYTES], expect[PROOF_BYTES];
+  const unsigned char *ns = hello + 4;
+  *type = 0;
+  *len = 0;
+  if (cap > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES) cap = RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES;
+  uint32_t version = htonl(RUCCL_AUTH_VERSION);
+  memcpy(hello, &version, 4);
+  if (RAND_bytes(hello + 4, NONCE_BYTES) != 1) return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
+  unsigned char *auth = malloc(AUTH_HEAD_BYTES + (size_t)cap);
+  if (!auth) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
+  ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, hello, sizeof hello, deadline_ns);
+  uint16_t t = 0;
+  uint32_t n = 0;
+  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, auth, AUTH_HEAD_BYTES + cap, &n, deadline_ns);
+  if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH || n < AUTH_HEAD_BYTES))
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication frame, got type %u of %u bytes", t, n);
+  if (rc == RUCCL_OK) {
+    const unsigned char *nc = auth, *their = auth + NONCE_BYTES, *body = auth + AUTH_HEAD_BYTES;
+    uint16_t ft = (uint16_t)(auth[NONCE_BYTES + PROOF_BYTES] << 8 | auth[NONCE_BYTES + PROOF_BYTES + 1]);
+    uint32_t flen = n - AUTH_HEAD_BYTES;
+    proof(key, "ruccl-auth-v2 client", ns, nc, ft, body, flen, expect);
+    if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0) {
+      ruccl_frame_send(fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, deadline_ns);
+      rc = ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
+    } else {
+      unsigned char mine[PROOF_BYTES];
+      proof(key, "ruccl-auth-v2 server", ns, nc, ft, body, flen, mine);
+      rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH_OK, mine, sizeof mine, deadline_ns);
+      if (rc == RUCCL_OK) {
+        memcpy(first, body, flen);
+        *type = ft;
+        *len = flen;
+      }
+    }
+  }
+  free(auth);
+  return rc;
+}
+
+ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t type,
+                                 const void *first, uint32_t len, int64_t deadline_ns) {
+  unsigned char hello[HELLO_BYTES], their[PROOF_BYTES], expect[PROOF_BYTES];
+  const unsigned char *ns = hello + 4;
+  if (len > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES)
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "a first frame of %u bytes is too long", len);
+  uint16_t t = 0;
+  uint32_t n = 0;
+  ruccl_result_t rc = ruccl_frame_recv(fd, &t, hello, sizeof hello, &n, deadline_ns);
+  if (rc != RUCCL_OK) return rc;
+  uint32_t version;
+  memcpy(&version, hello, 4);
+  if (t != RUCCL_FRAME_HELLO || n != sizeof hello || ntohl(version) != RUCCL_AUTH_VERSION)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "expected a hello frame of handshake version %d, got type %u of %u bytes",
+                      RUCCL_AUTH_VERSION, t, n);
+  unsigned char *auth = malloc(AUTH_HEAD_BYTES + (size_t)len);
+  if (!auth) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
+  unsigned char *nc = auth;
+  if (RAND_bytes(nc, NONCE_BYTES) != 1) {
+    free(auth);
+    return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
+  }
+  proof(key, "ruccl-auth-v2 client", ns, nc, type, first, len, auth + NONCE_BYTES);
+  auth[NONCE_BYTES + PROOF_BYTES] = (unsigned char)(type >> 8);
+  auth[NONCE_BYTES + PROOF_BYTES + 1] = (unsigned char)type;
+  if (len) memcpy(auth + AUTH_HEAD_BYTES, first, len);
+  rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth, AUTH_HEAD_BYTES + len, deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, their, sizeof their, &n, deadline_ns);
+  if (rc == RUCCL_ERR_PEER_LOST || (rc == RUCCL_OK && t == RUCCL_FRAME_AUTH_FAIL))
+    rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side refused our proof of the session secret");
+  else if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH_OK || n != sizeof their))
+    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication reply, got type %u", t);
+  if (rc == RUCCL_OK) {
+    proof(key, "ruccl-auth-v2 server", ns, nc, type, first, len, expect);
+    if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0)
+      rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side does not know the session secret");
+  }
+  free(auth);
+  return rc;
 }

@@ -12,11 +12,11 @@
 #define RUCCL_WIRE_MAX_CONTROL (64 * 1024) /* the largest control frame anyone accepts */
 
 typedef enum {
-  RUCCL_FRAME_HELLO = 1,    /* server -> client: nonce */
-  RUCCL_FRAME_AUTH = 2,     /* client -> server: nonce, proof */
+  RUCCL_FRAME_HELLO = 1,    /* server -> client: version, nonce */
+  RUCCL_FRAME_AUTH = 2,     /* client -> server: nonce, proof, the first frame's type and payload */
   RUCCL_FRAME_AUTH_OK = 3,  /* server -> client: proof */
   RUCCL_FRAME_AUTH_FAIL = 4,
-  RUCCL_FRAME_JOIN = 10,    /* node -> orchestrator */
+  RUCCL_FRAME_JOIN = 10,    /* node -> orchestrator (inside the AUTH frame) */
   RUCCL_FRAME_TABLE = 11,   /* orchestrator -> node: every node's data address */
   RUCCL_FRAME_ERROR = 12,   /* orchestrator -> node: code, message */
   RUCCL_FRAME_LEAVE = 13,   /* node -> orchestrator: the session is over here */
@@ -54,9 +54,23 @@ ruccl_result_t ruccl_frame_send(int fd, uint16_t type, const void *payload, uint
 ruccl_result_t ruccl_frame_recv(int fd, uint16_t *type, void *payload, uint32_t cap, uint32_t *len,
                                 int64_t deadline_ns);
 
-/* Mutual challenge-response with HMAC-SHA256 over fresh nonces: each side proves it
-   knows the secret without sending it.  RUCCL_ERR_AUTH on a wrong proof. */
-ruccl_result_t ruccl_auth_server(int fd, const void *secret, size_t secret_len, int64_t deadline_ns);
-ruccl_result_t ruccl_auth_client(int fd, const void *secret, size_t secret_len, int64_t deadline_ns);
+/* The handshake every connection starts with (docs/handshake.md): a mutual
+   HMAC-SHA256 challenge-response over fresh nonces that carries the connection's
+   first frame (type, payload: a JOIN, a node's hello with its group, session and
+   node index) inside both proofs, so that what a side says about itself is
+   authenticated with it.  The client proves first; the server answers only a valid
+   proof, and its answer proves it knows the key too.  The key is stretched from the
+   secret once (ruccl_auth_key: PBKDF2-HMAC-SHA256, RUCCL_AUTH_ROUNDS rounds), so a
+   proof an impostor collects costs that much per guess of a weak secret.
+   RUCCL_ERR_AUTH on a wrong proof; the server returns the first frame (at most cap
+   bytes, else RUCCL_ERR_PROTOCOL) only once the client has proven itself. */
+#define RUCCL_AUTH_VERSION 2
+#define RUCCL_AUTH_KEY_BYTES 32
+#define RUCCL_AUTH_ROUNDS 10000
+ruccl_result_t ruccl_auth_key(const void *secret, size_t secret_len, unsigned char key[RUCCL_AUTH_KEY_BYTES]);
+ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
+                                 uint32_t cap, uint32_t *len, int64_t deadline_ns);
+ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t type,
+                                 const void *first, uint32_t len, int64_t deadline_ns);
 
 #endif
