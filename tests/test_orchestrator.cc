@@ -3,9 +3,13 @@
 // frames, and sessions (table, duplicate ids, configuration mismatch, a new
 // session after the old one left, an unreachable orchestrator).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cstring>
 #include <string>
@@ -314,6 +318,57 @@ TEST(Handshake, TheServerRevealsNoProofToAClientThatHasNotProvenItself) {
   EXPECT_TRUE(answer.payload.empty()) << "AUTH_FAIL carries nothing";
   EXPECT_EQ(0, read_frame(fd, 1000).type) << "and the connection ends";
   close(fd);
+}
+
+int threads_of_this_process() {
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  while (struct dirent *e = readdir(d))
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+// Unauthenticated load: 1000 connections that say nothing and 200 that send garbage
+// (junk, a bad proof, half a frame) cost the orchestrator a socket each, never a
+// thread, and a real session beside them runs as it does alone.
+TEST(Orchestrator, ThousandIdleAndTwoHundredGarbageConnectionsLeaveASessionAlone) {
+  struct rlimit rl;
+  ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &rl));
+  if (rl.rlim_cur < 4096 && rl.rlim_max > rl.rlim_cur) {
+    rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+    ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &rl));
+  }
+  ASSERT_GE(rl.rlim_cur, 2600u) << "this test needs 2600 descriptors (both ends of 1200 connections)";
+  Orchestrator orch;
+  int port = ruccl_orchestrator_port(orch.o);
+  int threads_before = threads_of_this_process();
+  std::vector<int> fds;
+  for (int i = 0; i < 1000; i++) fds.push_back(raw_connect(port));
+  for (int i = 0; i < 200; i++) {
+    int fd = raw_connect(port);
+    fds.push_back(fd);
+    if (i % 3 == 0) {
+      const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+      ruccl_write_all(fd, junk, sizeof junk, in_ms(1000));
+    } else if (i % 3 == 1) {
+      std::vector<unsigned char> auth(66 + 8, 0x5a);
+      ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), (uint32_t)auth.size(), in_ms(1000));
+    } else {
+      ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(1000)};
+      ruccl_write_all(fd, &h, sizeof h, in_ms(1000));
+    }
+  }
+  for (int fd : fds) ASSERT_GE(fd, 0);
+  usleep(200 * 1000);
+  EXPECT_LE(threads_of_this_process(), threads_before) << "a stranger got a thread";
+  auto t0 = std::chrono::steady_clock::now();
+  expect_two_node_session(orch, "beside-strangers");
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 2.0) << "the session waited behind the strangers";
+  for (int fd : fds) close(fd);
+  expect_two_node_session(orch, "after-strangers");
 }
 
 TEST(Orchestrator, DuplicatePeerIdAcrossNodesIsRefused) {

@@ -7,9 +7,10 @@
  * directly between the nodes.  A node's connection stays open for the session; when
  * every node has left (LEAVE or closed), the group's session is over and the name
  * can start a new one.  Strangers, wrong secrets and malformed frames are dropped
- * without touching any session.  One thread per connection: sessions are few and
- * short-lived, and a blocked stranger cannot stall anyone else; each node's thread
- * also sends that node its table, so that a slow reader holds up no one else.  A node's host that
+ * without touching any session.  Handshakes run in one event loop (a stranger costs a
+ * socket, never a thread; see "the front" below); a node that has proven the secret
+ * gets a thread of its own, which also sends it its table, so that a slow reader
+ * holds up no one else.  A node's host that
  * dies or is cut off sends no FIN: TCP keepalive (KEEPALIVE_*) finds the half-open
  * connection within some 11 s, and the node leaves its session like one that closed,
  * so that it holds no group name. */
@@ -35,7 +36,6 @@
 #include "bootstrap_wire.h"
 #include "wire.h"
 
-#define HANDSHAKE_TIMEOUT_NS (10LL * 1000000000)
 #define TABLE_CHUNK_TIMEOUT_NS (10LL * 1000000000) /* one chunk of the table to one node */
 /* keepalive probes after 5 s of silence, every 2 s, 3 unanswered: the peer is gone */
 #define KEEPALIVE_IDLE_S 5
@@ -265,15 +265,8 @@ static void wait_out_running_session(ruccl_orchestrator_t *o, const char *group)
 static void *serve(void *arg) {
   conn_t *c = arg;
   ruccl_orchestrator_t *o = c->orch;
-  /* The JOIN comes inside the handshake, once the node has proven the secret */
-  unsigned char *buf = malloc(RUCCL_WIRE_MAX_CONTROL);
-  uint16_t type = 0;
-  uint32_t len = 0;
-  ruccl_result_t rc = buf ? ruccl_auth_server(c->fd, o->key, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len,
-                                              ruccl_now_ns() + HANDSHAKE_TIMEOUT_NS)
-                          : ruccl_fail(RUCCL_ERR_NO_MEMORY, "orchestrator connection");
-  if (rc == RUCCL_OK && (type != RUCCL_FRAME_JOIN || ruccl_join_decode(buf, len, &c->join) != RUCCL_OK))
-    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "orchestrator: the first frame of the handshake is not a valid JOIN");
+  unsigned char buf[256]; /* a node sends nothing but LEAVE once it has joined */
+  ruccl_result_t rc = RUCCL_OK;
   if (rc == RUCCL_OK) {
     char why[256];
     pthread_mutex_lock(&o->mu);
@@ -287,12 +280,10 @@ static void *serve(void *arg) {
     /* The session runs; we only wait for this node to leave (LEAVE, close, or stop). */
     uint16_t type = 0;
     uint32_t len = 0;
-    while (ruccl_frame_recv(c->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &len, ruccl_now_ns() + SESSION_IDLE_NS) ==
-               RUCCL_OK &&
+    while (ruccl_frame_recv(c->fd, &type, buf, sizeof buf, &len, ruccl_now_ns() + SESSION_IDLE_NS) == RUCCL_OK &&
            type != RUCCL_FRAME_LEAVE) {
     }
   }
-  free(buf);
   /* Free this thread's OpenSSL state now: stop() waits for `live`, not for the
      thread's exit, and the process may end right after it. */
   OPENSSL_thread_stop();
@@ -312,51 +303,195 @@ static void *serve(void *arg) {
   return NULL;
 }
 
-static void *accept_loop(void *arg) {
-  ruccl_orchestrator_t *o = arg;
-  for (;;) {
-    int fd = ruccl_accept_until_woken(o->listen_fd, o->wake[0]);
-    if (fd < 0) return NULL;
-    conn_t *c = calloc(1, sizeof *c);
-    if (!c) {
-      close(fd);
-      continue;
-    }
-    c->fd = fd;
-    c->orch = o;
-    c->wake = eventfd(0, EFD_CLOEXEC);
-    if (c->wake < 0) {
-      close(fd);
-      free(c);
-      continue;
-    }
-    /* the same bound while data waits unacknowledged (keepalive does not probe then) */
-    int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES,
-        unacked_ms = (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES) * 1000;
-    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof unacked_ms) != 0)
-      ruccl_log(1, "orchestrator: no TCP keepalive on a connection (%s): a host that vanishes holds its group",
-                strerror(errno));
-    pthread_mutex_lock(&o->mu);
-    c->next = o->conns;
-    o->conns = c;
-    o->live++;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&c->thread, &attr, serve, c) != 0) {
-      o->conns = c->next;
-      o->live--;
-      close(fd);
-      close(c->wake);
-      free(c);
-    }
-    pthread_attr_destroy(&attr);
-    pthread_mutex_unlock(&o->mu);
+/* ---- the front: handshakes of connections not yet proven -------------------------
+ *
+ * One thread accepts every connection and runs its handshake as an event loop (poll):
+ * a stranger costs a socket and a slot here, never a thread.  At most PENDING_MAX
+ * handshakes are under way, each for PENDING_HANDSHAKE_NS; when a connection comes
+ * with every slot taken, the oldest handshake is dropped, so idle strangers cannot
+ * keep a node out.  A connection that proves the secret, its JOIN inside the proof,
+ * gets a thread of its own (serve) for the rest of its session. */
+
+#define PENDING_MAX 4096
+#define PENDING_HANDSHAKE_NS (5LL * 1000000000)
+#define ACCEPT_BACKOFF_NS (50LL * 1000000) /* out of descriptors: leave the queue a while */
+
+typedef struct {
+  int fd;
+  int64_t deadline;
+  unsigned char hello[RUCCL_AUTH_HELLO_BYTES];
+  ruccl_frame_header_t h;
+  size_t h_have;
+  unsigned char *buf; /* the AUTH payload, once its header said how long */
+  uint32_t need, have;
+} pending_t;
+
+static void set_keepalive(int fd) {
+  /* the same bound while data waits unacknowledged (keepalive does not probe then) */
+  int on = 1, idle = KEEPALIVE_IDLE_S, interval = KEEPALIVE_INTERVAL_S, probes = KEEPALIVE_PROBES,
+      unacked_ms = (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES) * 1000;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof unacked_ms) != 0)
+    ruccl_log(1, "orchestrator: no TCP keepalive on a connection (%s): a host that vanishes holds its group",
+              strerror(errno));
+}
+
+/* A proven node with its JOIN: a thread of its own from here on. */
+static void start_conn(ruccl_orchestrator_t *o, int fd, const ruccl_join_t *join) {
+  conn_t *c = calloc(1, sizeof *c);
+  if (!c || (c->wake = eventfd(0, EFD_CLOEXEC)) < 0) {
+    free(c);
+    close(fd);
+    return;
   }
+  c->fd = fd;
+  c->orch = o;
+  c->join = *join;
+  set_keepalive(fd);
+  pthread_mutex_lock(&o->mu);
+  c->next = o->conns;
+  o->conns = c;
+  o->live++;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&c->thread, &attr, serve, c) != 0) {
+    o->conns = c->next;
+    o->live--;
+    close(fd);
+    close(c->wake);
+    free(c);
+  }
+  pthread_attr_destroy(&attr);
+  pthread_mutex_unlock(&o->mu);
+}
+
+static void drop_pending(pending_t *p) {
+  close(p->fd);
+  free(p->buf);
+  memset(p, 0, sizeof *p);
+  p->fd = -1;
+}
+
+/* Reads what arrived; returns 1 when the handshake is over (the node went on to a
+   thread of its own, or the connection was dropped), 0 while it waits for more. */
+static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
+  while (p->h_have < sizeof p->h) {
+    ssize_t r = recv(p->fd, (char *)&p->h + p->h_have, sizeof p->h - p->h_have, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (r <= 0) return drop_pending(p), 1;
+    p->h_have += (size_t)r;
+  }
+  if (!p->buf) {
+    uint32_t n = ntohl(p->h.length);
+    if (ntohl(p->h.magic) != RUCCL_WIRE_MAGIC || ntohs(p->h.type) != RUCCL_FRAME_AUTH || n < RUCCL_AUTH_HEAD_BYTES ||
+        n > RUCCL_WIRE_MAX_CONTROL || !(p->buf = malloc(n)))
+      return drop_pending(p), 1; /* not a handshake of ours: nothing is answered */
+    p->need = n;
+  }
+  while (p->have < p->need) {
+    ssize_t r = recv(p->fd, p->buf + p->have, p->need - p->have, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (r <= 0) return drop_pending(p), 1;
+    p->have += (uint32_t)r;
+  }
+  uint16_t type = 0;
+  const unsigned char *first = NULL;
+  uint32_t len = 0;
+  unsigned char proof[RUCCL_AUTH_PROOF_BYTES];
+  ruccl_result_t rc = ruccl_auth_check(o->key, p->hello, p->buf, p->need, &type, &first, &len, proof);
+  int64_t soon = ruccl_now_ns() + 1000000000;
+  if (rc == RUCCL_ERR_AUTH) {
+    ruccl_log(1, "orchestrator: refused a connection that does not know the session secret");
+    ruccl_frame_send(p->fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, soon);
+  }
+  ruccl_join_t join;
+  if (rc == RUCCL_OK && (type != RUCCL_FRAME_JOIN || ruccl_join_decode(first, len, &join) != RUCCL_OK)) {
+    ruccl_log(1, "orchestrator: a node proved the secret but sent no valid JOIN");
+    ruccl_frame_send(p->fd, RUCCL_FRAME_AUTH_OK, proof, sizeof proof, soon);
+    rc = RUCCL_ERR_PROTOCOL;
+  }
+  if (rc == RUCCL_OK) rc = ruccl_frame_send(p->fd, RUCCL_FRAME_AUTH_OK, proof, sizeof proof, soon);
+  if (rc != RUCCL_OK) return drop_pending(p), 1;
+  start_conn(o, p->fd, &join);
+  free(p->buf);
+  memset(p, 0, sizeof *p);
+  p->fd = -1;
+  return 1;
+}
+
+/* A new connection: its HELLO goes at once (a fresh socket has room for it). */
+static int pending_start(pending_t *p, int fd) {
+  memset(p, 0, sizeof *p);
+  p->fd = fd;
+  p->deadline = ruccl_now_ns() + PENDING_HANDSHAKE_NS;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_HELLO), 0, htonl(RUCCL_AUTH_HELLO_BYTES)};
+  unsigned char frame[sizeof h + RUCCL_AUTH_HELLO_BYTES];
+  if (ruccl_auth_hello(p->hello) != RUCCL_OK) return drop_pending(p), 0;
+  memcpy(frame, &h, sizeof h);
+  memcpy(frame + sizeof h, p->hello, sizeof p->hello);
+  if (send(fd, frame, sizeof frame, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof frame) return drop_pending(p), 0;
+  return 1;
+}
+
+static void *front_loop(void *arg) {
+  ruccl_orchestrator_t *o = arg;
+  pending_t *pend = calloc(PENDING_MAX, sizeof *pend);
+  struct pollfd *pfd = calloc(PENDING_MAX + 2, sizeof *pfd);
+  unsigned np = 0;
+  int64_t backoff_until = 0;
+  fcntl(o->listen_fd, F_SETFL, fcntl(o->listen_fd, F_GETFL) | O_NONBLOCK); /* accept until the queue is empty */
+  while (pend && pfd) {
+    int64_t now = ruccl_now_ns(), next = now + 1000000000;
+    for (unsigned i = 0; i < np;) { /* past their deadline: dropped */
+      if (pend[i].deadline <= now) {
+        drop_pending(&pend[i]);
+        pend[i] = pend[--np];
+      } else {
+        if (pend[i].deadline < next) next = pend[i].deadline;
+        i++;
+      }
+    }
+    int listening = now >= backoff_until;
+    if (!listening && backoff_until < next) next = backoff_until;
+    pfd[0] = (struct pollfd){.fd = o->wake[0], .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = listening ? o->listen_fd : -1, .events = POLLIN};
+    for (unsigned i = 0; i < np; i++) pfd[2 + i] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    int r = poll(pfd, np + 2, (int)((next - now) / 1000000 + 1));
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (pfd[0].revents) break;
+    for (unsigned i = np; i-- > 0;) /* backwards: a finished one takes the last's place */
+      if (pfd[2 + i].revents && pending_read(o, &pend[i])) pend[i] = pend[--np];
+    if (!(pfd[1].revents & POLLIN)) continue;
+    for (int k = 0; k < 64; k++) { /* a burst of nodes at once */
+      int fd = accept4(o->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+        backoff_until = ruccl_now_ns() + ACCEPT_BACKOFF_NS; /* they stay queued; no spinning on them */
+        break;
+      }
+      if (fd < 0) break;
+      if (np == PENDING_MAX) { /* every slot taken: the oldest handshake goes */
+        unsigned oldest = 0;
+        for (unsigned i = 1; i < np; i++)
+          if (pend[i].deadline < pend[oldest].deadline) oldest = i;
+        drop_pending(&pend[oldest]);
+        pend[oldest] = pend[--np];
+      }
+      if (pending_start(&pend[np], fd)) np++;
+    }
+  }
+  for (unsigned i = 0; pend && i < np; i++) drop_pending(&pend[i]);
+  free(pend);
+  free(pfd);
+  OPENSSL_thread_stop();
+  return NULL;
 }
 
 ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port, const void *secret, size_t secret_len,
@@ -402,7 +537,7 @@ ruccl_result_t ruccl_orchestrator_start(const char *listen_host_port, const void
   }
   pthread_mutex_init(&o->mu, NULL);
   pthread_cond_init(&o->idle, NULL);
-  if (pthread_create(&o->acceptor, NULL, accept_loop, o) != 0) {
+  if (pthread_create(&o->acceptor, NULL, front_loop, o) != 0) {
     close(o->listen_fd);
     close(o->wake[0]);
     close(o->wake[1]);

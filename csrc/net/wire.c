@@ -276,53 +276,67 @@ static void proof(const unsigned char key[RUCCL_AUTH_KEY_BYTES], const char *lab
   free(msg);
 }
 
-#define HELLO_BYTES (4 + NONCE_BYTES)            /* version, Ns */
-#define AUTH_HEAD_BYTES (NONCE_BYTES + PROOF_BYTES + 2) /* Nc, proof, type; then the first frame */
+#define AUTH_HEAD_BYTES RUCCL_AUTH_HEAD_BYTES
 
-ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
-                                 uint32_t cap, uint32_t *len, int64_t deadline_ns) {
-  unsigned char hello[HELLO_BYTES], expect[PROOF_BYTES];
-  const unsigned char *ns = hello + 4;
-  *type = 0;
-  *len = 0;
-  if (cap > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES) cap = RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES;
+ruccl_result_t ruccl_auth_hello(unsigned char hello[RUCCL_AUTH_HELLO_BYTES]) {
   uint32_t version = htonl(RUCCL_AUTH_VERSION);
   memcpy(hello, &version, 4);
   if (RAND_bytes(hello + 4, NONCE_BYTES) != 1) return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES],
+                                const unsigned char hello[RUCCL_AUTH_HELLO_BYTES], const unsigned char *auth,
+                                uint32_t n, uint16_t *type, const unsigned char **first, uint32_t *len,
+                                unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]) {
+  if (n < AUTH_HEAD_BYTES) return ruccl_fail(RUCCL_ERR_PROTOCOL, "an authentication frame of %u bytes", n);
+  const unsigned char *ns = hello + 4, *nc = auth, *their = auth + NONCE_BYTES, *body = auth + AUTH_HEAD_BYTES;
+  uint16_t ft = (uint16_t)(auth[NONCE_BYTES + PROOF_BYTES] << 8 | auth[NONCE_BYTES + PROOF_BYTES + 1]);
+  uint32_t flen = n - AUTH_HEAD_BYTES;
+  unsigned char expect[PROOF_BYTES];
+  proof(key, "ruccl-auth-v2 client", ns, nc, ft, body, flen, expect);
+  if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0)
+    return ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
+  proof(key, "ruccl-auth-v2 server", ns, nc, ft, body, flen, proof_out);
+  *type = ft;
+  *first = body;
+  *len = flen;
+  return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
+                                 uint32_t cap, uint32_t *len, int64_t deadline_ns) {
+  unsigned char hello[RUCCL_AUTH_HELLO_BYTES];
+  *type = 0;
+  *len = 0;
+  if (cap > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES) cap = RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES;
+  ruccl_result_t rc = ruccl_auth_hello(hello);
+  if (rc != RUCCL_OK) return rc;
   unsigned char *auth = malloc(AUTH_HEAD_BYTES + (size_t)cap);
   if (!auth) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
-  ruccl_result_t rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, hello, sizeof hello, deadline_ns);
+  rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, hello, sizeof hello, deadline_ns);
   uint16_t t = 0;
   uint32_t n = 0;
   if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, auth, AUTH_HEAD_BYTES + cap, &n, deadline_ns);
-  if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH || n < AUTH_HEAD_BYTES))
+  if (rc == RUCCL_OK && t != RUCCL_FRAME_AUTH)
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication frame, got type %u of %u bytes", t, n);
-  if (rc == RUCCL_OK) {
-    const unsigned char *nc = auth, *their = auth + NONCE_BYTES, *body = auth + AUTH_HEAD_BYTES;
-    uint16_t ft = (uint16_t)(auth[NONCE_BYTES + PROOF_BYTES] << 8 | auth[NONCE_BYTES + PROOF_BYTES + 1]);
-    uint32_t flen = n - AUTH_HEAD_BYTES;
-    proof(key, "ruccl-auth-v2 client", ns, nc, ft, body, flen, expect);
-    if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0) {
-      ruccl_frame_send(fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, deadline_ns);
-      rc = ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
-    } else {
-      unsigned char mine[PROOF_BYTES];
-      proof(key, "ruccl-auth-v2 server", ns, nc, ft, body, flen, mine);
-      rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH_OK, mine, sizeof mine, deadline_ns);
-      if (rc == RUCCL_OK) {
-        memcpy(first, body, flen);
-        *type = ft;
-        *len = flen;
-      }
-    }
+  const unsigned char *body = NULL;
+  unsigned char mine[PROOF_BYTES];
+  if (rc == RUCCL_OK) rc = ruccl_auth_check(key, hello, auth, n, type, &body, len, mine);
+  if (rc == RUCCL_ERR_AUTH) {
+    ruccl_frame_send(fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, deadline_ns);
+    ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
   }
+  if (rc == RUCCL_OK) rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH_OK, mine, sizeof mine, deadline_ns);
+  if (rc == RUCCL_OK) memcpy(first, body, *len);
+  else *type = 0, *len = 0;
   free(auth);
   return rc;
 }
 
 ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t type,
                                  const void *first, uint32_t len, int64_t deadline_ns) {
-  unsigned char hello[HELLO_BYTES], their[PROOF_BYTES], expect[PROOF_BYTES];
+  unsigned char hello[RUCCL_AUTH_HELLO_BYTES], their[PROOF_BYTES], expect[PROOF_BYTES];
   const unsigned char *ns = hello + 4;
   if (len > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES)
     return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "a first frame of %u bytes is too long", len);

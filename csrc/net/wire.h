@@ -73,4 +73,17 @@ ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_
 ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t type,
                                  const void *first, uint32_t len, int64_t deadline_ns);
 
+/* The server's side in steps, for an event loop (the orchestrator's): a HELLO payload
+   (version, fresh nonce), then the check of the AUTH payload that answers it:
+   RUCCL_OK with the first frame (a pointer into auth) and the proof to send back in
+   AUTH_OK; RUCCL_ERR_AUTH (answer AUTH_FAIL); RUCCL_ERR_PROTOCOL (too short). */
+#define RUCCL_AUTH_HELLO_BYTES 36
+#define RUCCL_AUTH_PROOF_BYTES 32
+#define RUCCL_AUTH_HEAD_BYTES 66 /* an AUTH payload's nonce, proof and type, before the first frame */
+ruccl_result_t ruccl_auth_hello(unsigned char hello[RUCCL_AUTH_HELLO_BYTES]);
+ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES],
+                                const unsigned char hello[RUCCL_AUTH_HELLO_BYTES], const unsigned char *auth,
+                                uint32_t n, uint16_t *type, const unsigned char **first, uint32_t *len,
+                                unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]);
+
 #endif
