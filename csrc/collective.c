@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agreement.h"
 #include "algorithms/algorithms.h"
 #include "device/nccl_loader.h"
 #include "device/path.h"
@@ -26,36 +27,6 @@
 #include "rank.h"
 #include "testing.h"
 
-#define DETAIL_MAX RUCCL_DETAIL_MAX
-#define VERDICT_MAX 448
-
-typedef struct {
-  uint64_t seq;
-  int32_t kind, dtype, op, ndim;
-  int64_t shape[RUCCL_MAX_DIMS];
-  uint32_t root_id;
-  int32_t root_named; /* broadcast */
-  int32_t sender;
-  int32_t local_error;
-  char detail[DETAIL_MAX];
-  ruccl_path_facts_t facts;     /* where this peer's tensors are (device/path.h) */
-  int32_t nccl_stale;           /* this peer's NCCL communicator is for another GPU */
-  uint32_t fuse_bytes;          /* this node's input follows the descriptor (fuse_t), 0: not */
-  ruccl_buffer_ptrs_t buffers;  /* and their addresses (used within one process only) */
-} coll_desc_t;
-
-typedef struct {
-  uint64_t seq;
-  int32_t code;
-  int32_t sender_pos; /* broadcast: the one sender's team position */
-  int32_t failures;   /* peers that reported a local error */
-  int32_t path;       /* ruccl_path_t every peer takes */
-  int32_t nccl_new;   /* NCCL path: connect with the id in the extras first */
-  int32_t sliced;     /* host-staged path: in slices (execute_sliced) */
-  int32_t extras;     /* a coll_extras_t follows the verdict */
-  int32_t fused;      /* node 0 reduced the inputs that came with the descriptors: the result follows */
-  char message[VERDICT_MAX];
-} coll_verdict_t;
 
 /* A small all-reduce between nodes of one peer each rides with the agreement: every
    node sends its input right after its descriptor, node 0 reduces the inputs once
@@ -64,7 +35,6 @@ typedef struct {
    instead of the agreement's and then the algorithm's.  A verdict against the call
    (or a node that could not fuse) leaves every output as it was: the inputs that
    came along are dropped. */
-#define FUSE_MAX_BYTES 4096
 typedef struct {
   const void *src;
   void *dst;
@@ -72,12 +42,6 @@ typedef struct {
   const ruccl_args_t *args;
 } fuse_t;
 
-/* What follows a verdict only when the path changed or NCCL connects: the verdict
-   itself stays small, for it travels with every collective. */
-typedef struct {
-  char path_why[96];
-  ruccl_nccl_unique_id_t nccl_id;
-} coll_extras_t;
 
 const char *ruccl_coll_kind_name(ruccl_coll_kind_t kind) {
   static const char *const names[RUCCL_COLL_NUM_KINDS] = {"all_reduce", "broadcast",      "reduce",
@@ -292,28 +256,12 @@ static void describe(const ruccl_comm_t *c, const ruccl_call_t *r, coll_desc_t *
 
 /* ---- agreement ------------------------------------------------------------------- */
 
-/* Whether a descriptor (another node's: untrusted) holds only what it may: values in
-   their enums' ranges, a rank the shape arrays hold, a terminated detail.  A peer
-   that reports a local error (a bad argument of its caller's, an op out of range
-   say) is judged by that alone.  Returns what is wrong, or NULL. */
-static const char *malformed(const coll_desc_t *d) {
-  if (d->kind < 0 || d->kind >= RUCCL_COLL_NUM_KINDS) return "collective kind";
-  if (d->local_error < 0 || d->local_error >= RUCCL_NUM_RESULTS) return "error code";
-  if (memchr(d->detail, 0, sizeof d->detail) == NULL) return "detail (no terminator)";
-  if (d->local_error != RUCCL_OK) return NULL;
-  if (d->dtype < 0 || d->dtype >= RUCCL_NUM_DTYPES) return "dtype";
-  if (d->op < 0 || d->op >= RUCCL_NUM_REDUCE_OPS) return "reduce op";
-  if (d->ndim < 0 || d->ndim > RUCCL_MAX_DIMS) return "number of dimensions";
-  if (d->fuse_bytes > FUSE_MAX_BYTES) return "input length";
-  return NULL;
-}
-
 static int32_t judge(const ruccl_comm_t *c, const coll_desc_t *all, char *msg) {
   unsigned n = c->group->n_total;
   const uint32_t *ids = c->group->all_ids;
   const coll_desc_t *a = &all[0];
   for (unsigned i = 0; i < n; i++) {
-    const char *why = malformed(&all[i]);
+    const char *why = ruccl_desc_malformed(&all[i]);
     if (why)
       return snprintf(msg, VERDICT_MAX, "peer %u sent a malformed descriptor: its %s is out of range", ids[i], why),
              RUCCL_ERR_PROTOCOL;
@@ -436,19 +384,6 @@ static void decide_path(ruccl_comm_t *c, const coll_desc_t *all, coll_verdict_t 
    *transport_failed is set).  The verdict goes to *out; the judge also gets every
    descriptor, by global index, in *all_out (NULL elsewhere).  vote: the round only
    collects local errors (after an NCCL launch), without choosing a path. */
-/* A verdict (and its extras, when they came) from node 0, checked before any of it is
-   used: a code in range, a terminated message, a sender that is a peer, a known path. */
-static ruccl_result_t check_verdict(const ruccl_group_t *g, const coll_verdict_t *v, const coll_extras_t *x) {
-  const char *why = NULL;
-  if (v->code < 0 || v->code >= RUCCL_NUM_RESULTS) why = "code";
-  else if (memchr(v->message, 0, sizeof v->message) == NULL) why = "message (no terminator)";
-  else if (v->sender_pos < 0 || (uint32_t)v->sender_pos >= g->n_total) why = "sender";
-  else if (v->path < RUCCL_PATH_HOST || v->path > RUCCL_PATH_NCCL) why = "path";
-  else if (v->extras && memchr(x->path_why, 0, sizeof x->path_why) == NULL) why = "path's reason (no terminator)";
-  if (why) return ruccl_fail(RUCCL_ERR_PROTOCOL, "node 0 sent a malformed verdict: its %s is out of range", why);
-  return RUCCL_OK;
-}
-
 /* Node 0: reduces the inputs that came with the descriptors into fuse->dst, in node
    order (inputs: node k's at k * FUSE_MAX_BYTES), as the centralized all-reduce would. */
 static void reduce_fused(const ruccl_group_t *g, const fuse_t *fuse, const unsigned char *inputs) {
@@ -489,13 +424,20 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
       rc = ruccl_team_recv(local, (int)p, &node[p], sizeof node[p]);
       if (rc != RUCCL_OK) return rc;
     }
-    size_t node_bytes = sizeof(coll_desc_t) * n_local;
+    /* Between nodes the messages travel encoded (agreement.h) */
+    size_t node_bytes = (size_t)RUCCL_DESC_WIRE_BYTES * n_local;
+    unsigned char *wire = net ? ruccl_comm_scratch(c, 5, node_bytes) : NULL;
+    unsigned char vw[RUCCL_VERDICT_WIRE_BYTES], xw[RUCCL_EXTRAS_WIRE_BYTES];
+    if (net && !wire) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement buffer for %u peers", n_local);
     if (net && net->me != 0) {
-      rc = ruccl_team_send(net, 0, node, node_bytes);
+      for (unsigned l = 0; l < n_local; l++) ruccl_desc_encode(&node[l], wire + (size_t)l * RUCCL_DESC_WIRE_BYTES);
+      rc = ruccl_team_send(net, 0, wire, node_bytes);
       if (rc == RUCCL_OK && fuse && mine->fuse_bytes) rc = ruccl_team_send(net, 0, fuse->src, mine->fuse_bytes);
-      if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, v, sizeof *v);
-      if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(net, 0, x, sizeof *x);
-      if (rc == RUCCL_OK) rc = check_verdict(g, v, x);
+      if (rc == RUCCL_OK) rc = ruccl_team_recv(net, 0, vw, sizeof vw);
+      if (rc == RUCCL_OK) ruccl_verdict_decode(vw, v);
+      if (rc == RUCCL_OK && v->extras) rc = ruccl_team_recv(net, 0, xw, sizeof xw);
+      if (rc == RUCCL_OK && v->extras) ruccl_extras_decode(xw, x);
+      if (rc == RUCCL_OK) rc = ruccl_verdict_check(g->n_total, v, x);
       if (rc == RUCCL_OK && v->fused && !(fuse && mine->fuse_bytes))
         rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "node 0 sent a fused result to a node that sent no input");
       if (rc == RUCCL_OK && v->fused) rc = ruccl_team_recv(net, 0, fuse->dst, fuse->bytes);
@@ -506,8 +448,9 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
         coll_desc_t *from = node;
         if (k != g->node_index) {
           from = incoming;
-          rc = ruccl_team_recv(net, (int)k, from, node_bytes);
+          rc = ruccl_team_recv(net, (int)k, wire, node_bytes);
           if (rc != RUCCL_OK) return rc;
+          for (unsigned l = 0; l < n_local; l++) ruccl_desc_decode(wire + (size_t)l * RUCCL_DESC_WIRE_BYTES, &from[l]);
           uint32_t fb = n_local == 1 ? from[0].fuse_bytes : 0;
           if (fb > FUSE_MAX_BYTES || (n_local != 1 && from[0].fuse_bytes))
             return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u announced %u bytes of input with its descriptor", k,
@@ -537,8 +480,10 @@ static ruccl_result_t agree(ruccl_comm_t *c, const ruccl_team_t *local, const ru
       }
       if (all_out) *all_out = all;
       if (net) {
-        rc = ruccl_team_send_all(net, v, sizeof *v);
-        if (rc == RUCCL_OK && v->extras) rc = ruccl_team_send_all(net, x, sizeof *x);
+        ruccl_verdict_encode(v, vw);
+        rc = ruccl_team_send_all(net, vw, sizeof vw);
+        if (rc == RUCCL_OK && v->extras) ruccl_extras_encode(x, xw);
+        if (rc == RUCCL_OK && v->extras) rc = ruccl_team_send_all(net, xw, sizeof xw);
         if (rc == RUCCL_OK && v->fused) rc = ruccl_team_send_all(net, fuse->dst, fuse->bytes);
         if (rc != RUCCL_OK) return rc;
       }

@@ -6,13 +6,11 @@
 
 #include <stdint.h>
 
+#include "agreement.h"
 #include "collective.h"
 #include "device/nccl_api.h"
 #include "rank.h"
 
-typedef struct {
-  uint64_t in, out; /* a peer's buffers (0 where it has none) */
-} ruccl_buffer_ptrs_t;
 
 /* What one agreed call moves: elements of each peer's block, storage dtype, the op
    (MEAN kept as such), the root's or sender's global index. */

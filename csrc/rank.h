@@ -15,10 +15,11 @@
 typedef struct ruccl_group ruccl_group_t;
 
 /* Scratch slots: 0 inside an algorithm, 1 and 2 staged input and output, 3 and 4
-   the node leader's buffers between the local and the global phase.  Pinned
+   the node leader's buffers between the local and the global phase (the agreement's
+   descriptors, the fused inputs), 5 the agreement's encoded descriptors.  Pinned
    staging (a device the host cannot reach) has slots of its own, of which
    RUCCL_STAGING_SLOT holds a tensor's raw bytes on their way to or from the device. */
-#define RUCCL_SCRATCH_SLOTS 5
+#define RUCCL_SCRATCH_SLOTS 6
 #define RUCCL_STAGING_SLOT 0
 
 struct ruccl_group {

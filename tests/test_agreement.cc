@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 extern "C" {
+#include "agreement.h"
 #include "testing.h"
 }
 
@@ -535,6 +536,115 @@ TEST(AgreementArgs, SinglePeerStillValidatesArguments) {
   EXPECT_TRUE(out.Intact());
   EXPECT_EQ("", CheckedAllReduce(comm, {3}, 3));
   EXPECT_EQ(RUCCL_OK, ruccl_finish(comm));
+}
+
+}  // namespace
+
+/* ------------------------------------------- the agreement's encoding between nodes */
+
+namespace {
+
+// Descriptors, verdicts and extras cross nodes in a fixed little-endian layout: a
+// round trip gives every field back, and the bytes are where the layout says (not a
+// copy of the struct, whose padding and byte order depend on the ABI).
+TEST(AgreementWire, RoundTripsAndExplicitLittleEndianLayout) {
+  coll_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.seq = 0x0102030405060708ull;
+  d.kind = RUCCL_COLL_REDUCE;
+  d.dtype = RUCCL_BFLOAT16;
+  d.op = RUCCL_MAX;
+  d.ndim = 3;
+  d.shape[0] = 2, d.shape[1] = -1, d.shape[2] = int64_t(1) << 40;
+  d.root_id = 77;
+  d.root_named = 1;
+  d.sender = 1;
+  d.local_error = RUCCL_ERR_INVALID_ARGUMENT;
+  snprintf(d.detail, sizeof d.detail, "a detail");
+  d.facts.device_kind = RUCCL_DEVICE_CUDA;
+  for (int i = 0; i < 16; i++) d.facts.uuid.bytes[i] = uint8_t(i * 7);
+  d.facts.process = 3;
+  d.facts.nccl_version = 22800;
+  d.nccl_stale = 1;
+  d.fuse_bytes = 4096;
+  d.buffers.in = 0x1122334455667788ull;
+  d.buffers.out = 9;
+  unsigned char w[RUCCL_DESC_WIRE_BYTES];
+  ruccl_desc_encode(&d, w);
+  EXPECT_EQ(0x08, w[0]);  // seq, least significant byte first
+  EXPECT_EQ(0x01, w[7]);
+  EXPECT_EQ(RUCCL_COLL_REDUCE, w[8]);
+  EXPECT_EQ(0, w[9]);
+  EXPECT_EQ(0xff, w[8 + 16 + 8]);  // shape[1] = -1, two's complement
+  coll_desc_t back;
+  ruccl_desc_decode(w, &back);
+  EXPECT_EQ(0, memcmp(&d, &back, sizeof d)) << "every field comes back (the struct was zeroed: padding too)";
+
+  coll_verdict_t v;
+  memset(&v, 0, sizeof v);
+  v.seq = 5;
+  v.code = RUCCL_ERR_SHAPE_MISMATCH;
+  v.sender_pos = 2;
+  v.failures = 1;
+  v.path = 1;
+  v.nccl_new = 1;
+  v.sliced = 1;
+  v.extras = 1;
+  v.fused = 1;
+  snprintf(v.message, sizeof v.message, "shapes differ");
+  unsigned char vw[RUCCL_VERDICT_WIRE_BYTES];
+  ruccl_verdict_encode(&v, vw);
+  EXPECT_EQ(RUCCL_ERR_SHAPE_MISMATCH, vw[8]);
+  coll_verdict_t vb;
+  ruccl_verdict_decode(vw, &vb);
+  EXPECT_EQ(0, memcmp(&v, &vb, sizeof v));
+
+  coll_extras_t x, xb;
+  memset(&x, 0, sizeof x);
+  snprintf(x.path_why, sizeof x.path_why, "why");
+  for (int i = 0; i < RUCCL_NCCL_UNIQUE_ID_BYTES; i++) x.nccl_id.internal[i] = char(i);
+  unsigned char xw[RUCCL_EXTRAS_WIRE_BYTES];
+  ruccl_extras_encode(&x, xw);
+  ruccl_extras_decode(xw, &xb);
+  EXPECT_EQ(0, memcmp(&x, &xb, sizeof x));
+}
+
+// What another node sent is checked field by field before use.
+TEST(AgreementWire, MalformedDescriptorsAndVerdictsAreNamed) {
+  coll_desc_t d;
+  memset(&d, 0, sizeof d);
+  EXPECT_EQ(nullptr, ruccl_desc_malformed(&d));
+  auto with = [&](auto change) {
+    coll_desc_t e = d;
+    change(e);
+    const char *why = ruccl_desc_malformed(&e);
+    return std::string(why ? why : "");
+  };
+  EXPECT_EQ("collective kind", with([](coll_desc_t &e) { e.kind = RUCCL_COLL_NUM_KINDS; }));
+  EXPECT_EQ("error code", with([](coll_desc_t &e) { e.local_error = -1; }));
+  EXPECT_EQ("detail (no terminator)", with([](coll_desc_t &e) { memset(e.detail, 'x', sizeof e.detail); }));
+  EXPECT_EQ("dtype", with([](coll_desc_t &e) { e.dtype = 99; }));
+  EXPECT_EQ("reduce op", with([](coll_desc_t &e) { e.op = -3; }));
+  EXPECT_EQ("number of dimensions", with([](coll_desc_t &e) { e.ndim = RUCCL_MAX_DIMS + 1; }));
+  EXPECT_EQ("input length", with([](coll_desc_t &e) { e.fuse_bytes = FUSE_MAX_BYTES + 1; }));
+  // a peer with a local error is judged by it alone
+  EXPECT_EQ("", with([](coll_desc_t &e) { e.local_error = RUCCL_ERR_INVALID_ARGUMENT, e.dtype = 99; }));
+
+  coll_verdict_t v;
+  coll_extras_t x;
+  memset(&v, 0, sizeof v);
+  memset(&x, 0, sizeof x);
+  EXPECT_EQ(RUCCL_OK, ruccl_verdict_check(4, &v, &x));
+  v.sender_pos = 4;
+  EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_verdict_check(4, &v, &x));
+  v.sender_pos = 0;
+  memset(v.message, 'm', sizeof v.message);
+  EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_verdict_check(4, &v, &x));
+  v.message[0] = 0;
+  v.extras = 1;
+  memset(x.path_why, 'p', sizeof x.path_why);
+  EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_verdict_check(4, &v, &x));
+  EXPECT_NE(std::string(ruccl_last_error()).find("path's reason"), std::string::npos) << ruccl_last_error();
 }
 
 }  // namespace

@@ -53,14 +53,14 @@ typedef struct {
   uint32_t len_hi, len_lo;
 } msg_header_t;
 
-typedef struct {
-  char group[RUCCL_MAX_GROUP_NAME];
-  uint32_t node;
-  char host[40]; /* kernel boot id */
-} node_hello_t;
+/* A link's hello (after the context the handshake authenticates: group, session,
+   both node indices) is the dialling node's host id, RUCCL_HOST_ID_BYTES bytes: a
+   node of the same host is offered shared memory. */
 
+/* A shared-memory offer: the segment's name (zero padded; empty: none) and its
+   token, bytes only. */
 typedef struct {
-  char name[RUCCL_SHM_NAME_MAX]; /* empty: no shared memory */
+  char name[RUCCL_SHM_NAME_MAX];
   unsigned char token[RUCCL_SHM_TOKEN_BYTES];
 } shm_offer_t;
 
@@ -214,14 +214,11 @@ ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const
 
 /* This node links to lower node j: dials it, says who it is, takes the memory it offers. */
 static ruccl_result_t dial_node(ruccl_net_t *net, unsigned j, int64_t deadline_ns) {
-  node_hello_t hello;
-  memset(&hello, 0, sizeof hello);
-  snprintf(hello.group, sizeof hello.group, "%s", net->group);
-  hello.node = htonl(net->me);
-  ruccl_host_id(hello.host);
+  char host[RUCCL_HOST_ID_BYTES];
+  ruccl_host_id(host);
   int fd;
   ruccl_shm_link_t link = {0};
-  ruccl_result_t rc = ruccl_net_dial(net, j, RUCCL_FRAME_NODE, &hello, sizeof hello, deadline_ns, &fd);
+  ruccl_result_t rc = ruccl_net_dial(net, j, RUCCL_FRAME_NODE, host, sizeof host, deadline_ns, &fd);
   if (rc == RUCCL_OK) rc = accept_shm(net, fd, j, &link, deadline_ns);
   if (rc == RUCCL_OK) return publish_link(net, j, fd, &link);
   if (fd >= 0) close(fd);
@@ -240,16 +237,14 @@ static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *
                            int64_t deadline_ns, int *node) {
   *node = -1;
   if (type == RUCCL_FRAME_P2P) return ruccl_p2p_net_adopt(net, fd, from, first, len, deadline_ns);
-  if (type != RUCCL_FRAME_NODE || len != sizeof(node_hello_t)) return 0;
-  node_hello_t hello;
-  memcpy(&hello, first, sizeof hello);
-  uint32_t k = ntohl(hello.node);
-  hello.group[sizeof hello.group - 1] = 0;
-  hello.host[sizeof hello.host - 1] = 0;
-  if (k != from || strcmp(hello.group, net->group) != 0 || k <= net->me || k >= net->num_nodes || link_fd(net, k) >= 0)
-    return 0;
+  if (type != RUCCL_FRAME_NODE || len != RUCCL_HOST_ID_BYTES) return 0;
+  char host[RUCCL_HOST_ID_BYTES];
+  memcpy(host, first, sizeof host);
+  host[sizeof host - 1] = 0;
+  unsigned k = from; /* the handshake proved which node dials */
+  if (k <= net->me || link_fd(net, k) >= 0) return 0;
   ruccl_shm_link_t link;
-  if (offer_shm(net, fd, k, hello.host, &link, deadline_ns) != RUCCL_OK) return 0;
+  if (offer_shm(net, fd, k, host, &link, deadline_ns) != RUCCL_OK) return 0;
   if (publish_link(net, k, fd, &link) == RUCCL_OK) *node = (int)k; /* else it closed fd */
   return 1;
 }
