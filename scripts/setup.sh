@@ -2,7 +2,7 @@
 # setup.sh — installs what the build needs (Debian packages), only what is missing.
 set -euo pipefail
 need=()
-for pkg in cmake ninja-build g++ libgtest-dev libssl-dev; do
+for pkg in cmake ninja-build g++ clang libgtest-dev libssl-dev; do  # clang: the fuzz targets (libFuzzer)
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -2,7 +2,7 @@
 # test.sh — every test from a fresh clone: the GoogleTest suite and the example,
 # in a release build (with the CUDA adapter where nvcc is installed), under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer (both
-# CPU-only); then the PyTorch backend: its pytest suite (real processes,
+# CPU-only); the fuzz targets for a short budget; then the PyTorch backend: its pytest suite (real processes,
 # torchrun) and PyTorch's own distributed test suite against it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,6 +24,8 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   run_suite asan+ubsan "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_ASAN=ON -DRUCCL_CUDA=OFF
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   run_suite tsan "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUCCL_TSAN=ON -DRUCCL_CUDA=OFF
+echo "=== fuzz targets, 15 s each (scripts/fuzz.sh) ==="
+"$root/scripts/fuzz.sh" --time 15
 
 echo "=== torch backend ==="
 "$root/scripts/setup_python.sh"

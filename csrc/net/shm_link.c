@@ -222,3 +222,8 @@ void ruccl_shm_testing_corrupt(ruccl_shm_link_t *l, int which) {
   if (which == 0) atomic_fetch_add(&r->tail, (uint64_t)RING_BYTES * 3); /* the reader "read" more than was written */
   else atomic_fetch_add(&r->head, (uint64_t)RING_BYTES * 2);           /* the writer "wrote" past a whole ring */
 }
+
+void ruccl_shm_testing_set_counter(ruccl_shm_link_t *l, int which, uint64_t value) {
+  ruccl_shm_ring_t *r = which < 2 ? l->tx : l->rx;
+  atomic_store(which % 2 == 0 ? &r->head : &r->tail, value);
+}

@@ -62,5 +62,8 @@ void ruccl_host_id(char out[RUCCL_HOST_ID_BYTES]);
    sending ring's tail, read past what was written; 1: the receiving ring's head,
    written a ring and more past what was read). */
 void ruccl_shm_testing_corrupt(ruccl_shm_link_t *l, int which);
+/* Tests only: sets a counter to any value (which 0: the sending ring's head, 1 its
+   tail, 2 the receiving ring's head, 3 its tail). */
+void ruccl_shm_testing_set_counter(ruccl_shm_link_t *l, int which, uint64_t value);
 
 #endif
