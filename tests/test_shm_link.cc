@@ -189,4 +189,27 @@ TEST(ShmHostile, CorruptRingCountersAreRefusedNotCopied) {
   ruccl_shm_close(&b);
 }
 
+// A segment whose creator died before it was unlinked (its name carries the pid) is
+// removed by the sweep; one of a live process stays.
+TEST(ShmHostile, ASegmentLeftByADeadCreatorIsSwept) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  waitpid(child, nullptr, 0);  // its pid now names no process
+  std::string dead = "/ruccl-" + std::to_string(child) + "-0123456789abcdef";
+  std::string live = "/ruccl-" + std::to_string(getpid()) + "-fedcba9876543210";
+  for (const std::string &n : {dead, live}) {
+    int fd = shm_open(n.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0) << n;
+    close(fd);
+  }
+  ruccl_shm_sweep();
+  EXPECT_LT(shm_open(dead.c_str(), O_RDWR, 0600), 0) << "the dead creator's segment is still there";
+  int fd = shm_open(live.c_str(), O_RDWR, 0600);
+  EXPECT_GE(fd, 0) << "a live creator's segment was removed";
+  if (fd >= 0) close(fd);
+  shm_unlink(live.c_str());
+  shm_unlink(dead.c_str());
+}
+
 }  // namespace

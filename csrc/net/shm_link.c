@@ -20,7 +20,11 @@
  * store and that load (Dekker's handshake with the sleeper's increment). */
 #include "shm_link.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <openssl/rand.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -83,8 +87,33 @@ static ruccl_result_t map_segment(int fd, ruccl_shm_link_t *l, int creator) {
   return RUCCL_OK;
 }
 
+void ruccl_shm_sweep(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    int pid = 0, end = 0;
+    char hex[17];
+    if (sscanf(e->d_name, "ruccl-%d-%16[0-9a-f]%n", &pid, hex, &end) != 2 || e->d_name[end] != 0 || strlen(hex) != 16 ||
+        pid <= 0)
+      continue;
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_uid != geteuid()) continue; /* another user's: not ours to remove */
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;     /* its creator lives (or may) */
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (shm_unlink(name) == 0) ruccl_log(2, "removed the shared-memory segment %s of a process that died", name);
+  }
+  closedir(d);
+}
+
+static pthread_once_t sweep_once = PTHREAD_ONCE_INIT;
+
 ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MAX],
                                 unsigned char token[RUCCL_SHM_TOKEN_BYTES]) {
+  pthread_once(&sweep_once, ruccl_shm_sweep); /* segments a crashed creator left behind */
   unsigned char rnd[8];
   if (RAND_bytes(rnd, sizeof rnd) != 1 || RAND_bytes(token, RUCCL_SHM_TOKEN_BYTES) != 1)
     return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a shared-memory segment");

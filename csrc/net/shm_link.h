@@ -25,6 +25,11 @@ ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MA
                                 unsigned char token[RUCCL_SHM_TOKEN_BYTES]);
 ruccl_result_t ruccl_shm_open(ruccl_shm_link_t *l, const char *name, const unsigned char token[RUCCL_SHM_TOKEN_BYTES]);
 void ruccl_shm_unlink(const char *name);
+/* Segments are unlinked as soon as both sides have them mapped; one whose creator died
+   before that (its name carries the creator's pid) is removed by the next process
+   that creates one (once per process), or by this call.  Only this user's segments,
+   and only those whose creator no longer exists. */
+void ruccl_shm_sweep(void);
 void ruccl_shm_close(ruccl_shm_link_t *l);
 
 /* Non-blocking: the bytes moved (0 when the ring is full / empty), or
