@@ -308,6 +308,14 @@ void ruccl_mailbox_fail_sources(ruccl_mailbox_t *mb, const uint32_t *srcs, size_
 
 /* ---- arrivals over the network -------------------------------------------------- */
 
+int ruccl_arrival_may_begin(ruccl_mailbox_t *mb, uint32_t src, int32_t tag, size_t bytes, size_t cap) {
+  pthread_mutex_lock(&mb->mu);
+  int may = mb->closed || first_posted(mb, src, tag) || mb->unexpected_bytes == 0 ||
+            (mb->unexpected_bytes <= cap && bytes <= cap - mb->unexpected_bytes);
+  pthread_mutex_unlock(&mb->mu);
+  return may;
+}
+
 void ruccl_arrival_begin(ruccl_mailbox_t *mb, uint32_t src, int32_t tag, size_t bytes, ruccl_arrival_t *a) {
   *a = (ruccl_arrival_t){.mb = mb, .src = src, .tag = tag, .bytes = bytes};
   pthread_mutex_lock(&mb->mu);

@@ -104,6 +104,12 @@ typedef struct {
   /* neither: the bytes are dropped (a receive of another size, no memory, closed) */
 } ruccl_arrival_t;
 
+/* Whether a message of `bytes` from src with tag may begin arriving now: a posted
+   receive takes it, the mailbox is closed (it is dropped), or the unexpected queue
+   can hold it (less than cap bytes with it, or empty: one message is always held).
+   Otherwise the network leaves it in its connection until a receive is posted or
+   the queue drains (backpressure: its sender waits, not this node's memory). */
+int ruccl_arrival_may_begin(ruccl_mailbox_t *mb, uint32_t src, int32_t tag, size_t bytes, size_t cap);
 /* A message's header arrived: where should its bytes go? */
 void ruccl_arrival_begin(ruccl_mailbox_t *mb, uint32_t src, int32_t tag, size_t bytes, ruccl_arrival_t *a);
 /* Where the bytes from offset `done` go (NULL: drop them).  A receive whose owner

@@ -39,6 +39,10 @@
  *             end each round with ABORTED
  *   p2pbig    64 MB to the next peer, sent before the receive from the previous is
  *             posted; then peer 0 receives every other peer's id from any peer
+ *   p2pflood  two peers: peer 0 sends 32 messages of 1 MB at once, peer 1 posts its
+ *             receives 1.5 s later and checks them; with RUCCL_TEST_EXPECT_PAUSE=1
+ *             peer 0's sends must take that long (the receiver's unexpected queue,
+ *             RUCCL_P2P_UNEXPECTED_MB, pauses the stream), with 0 they must not
  *   links     "all", printing "sockets-registered N" before and "sockets-after N"
  *             after it (the process's open sockets; one peer a node)
  *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
@@ -375,6 +379,50 @@ static void scenario_p2pbig(peer_t *p, ruccl_comm_t *comm) {
   CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "barrier after point-to-point");
 }
 
+static void scenario_p2pflood(peer_t *p, ruccl_comm_t *comm) {
+  enum { N = 32, COUNT = 1 << 18 }; /* 32 x 1 MB */
+  int32_t *buf = malloc((size_t)N * COUNT * sizeof *buf);
+  ruccl_request_t *req[N] = {0};
+  ruccl_result_t rc = RUCCL_OK;
+  CHECK(p, p->total == 2 && buf, "two peers, and memory");
+  if (p->id == 0) {
+    for (size_t i = 0; i < (size_t)N * COUNT; i++) buf[i] = p2p_val(0, 1, i);
+    int64_t t0 = ruccl_now_ns();
+    for (int k = 0; k < N && rc == RUCCL_OK; k++) {
+      ruccl_tensor_t t = {.data = buf + (size_t)k * COUNT, .dtype = RUCCL_INT32, .ndim = 1, .shape = {COUNT}};
+      rc = ruccl_isend(comm, &t, 1, 5, &req[k]);
+    }
+    for (int k = 0; k < N && rc == RUCCL_OK; k++) rc = ruccl_wait(req[k]);
+    int64_t ms = (ruccl_now_ns() - t0) / 1000000;
+    const char *e = getenv("RUCCL_TEST_EXPECT_PAUSE");
+    int expect_pause = e && atoi(e);
+    printf("p2pflood-sends-ms %lld\n", (long long)ms);
+    CHECK(p, rc == RUCCL_OK, "sends: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
+    if (expect_pause) CHECK(p, ms >= 1000, "32 MB went in %lld ms, before the receives were posted", (long long)ms);
+    else CHECK(p, ms < 1000, "32 MB took %lld ms: the sends waited for the receives", (long long)ms);
+  } else {
+    memset(buf, 0, (size_t)N * COUNT * sizeof *buf);
+    struct timespec pause = {1, 500000000};
+    nanosleep(&pause, NULL);
+    for (int k = 0; k < N && rc == RUCCL_OK; k++) {
+      ruccl_tensor_t t = {.data = buf + (size_t)k * COUNT, .dtype = RUCCL_INT32, .ndim = 1, .shape = {COUNT}};
+      rc = ruccl_irecv(comm, &t, 0, 5, &req[k]);
+    }
+    for (int k = 0; k < N && rc == RUCCL_OK; k++) rc = ruccl_wait(req[k]);
+    CHECK(p, rc == RUCCL_OK, "receives: %s (%s)", ruccl_error_string(rc), ruccl_last_error());
+    size_t bad = (size_t)-1;
+    for (size_t i = 0; i < (size_t)N * COUNT; i++)
+      if (buf[i] != p2p_val(0, 1, i)) {
+        bad = i;
+        break;
+      }
+    CHECK(p, bad == (size_t)-1, "message data wrong at element %zu", bad);
+  }
+  for (int k = 0; k < N; k++) ruccl_request_free(req[k]);
+  free(buf);
+  CHECK(p, ruccl_barrier(comm) == RUCCL_OK, "barrier after the flood");
+}
+
 /* ruccl_reset() in a multi-node session, from a thread of its own while this node's
    peers wait in an all-reduce the other node never joins: every local peer returns
    RUCCL_ERR_RESET within a second; the other node's peers, calling later, lose it. */
@@ -625,6 +673,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "idle")) scenario_idle(p, comm);
   else if (!strcmp(p->scenario, "p2p")) scenario_p2p(p, comm);
   else if (!strcmp(p->scenario, "p2pbig")) scenario_p2pbig(p, comm);
+  else if (!strcmp(p->scenario, "p2pflood")) scenario_p2pflood(p, comm);
   else if (!strcmp(p->scenario, "reset")) scenario_reset(p, comm);
   else if (!strcmp(p->scenario, "abortrace")) scenario_abortrace(p, &comm);
   else if (!strcmp(p->scenario, "finish")) scenario_finish(p, &comm);

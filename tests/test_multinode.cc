@@ -412,6 +412,22 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
+// Messages no receive wants yet are held up to RUCCL_P2P_UNEXPECTED_MB a peer; past it
+// the stream pauses and the sender waits for the receives (backpressure), instead of
+// the receiver's memory growing without bound.  Without the bound the same 32 MB is
+// held at once and the sends finish long before the receives are posted.
+TEST_P(Transports, UnexpectedMessagesPauseTheirStreamPastTheBound) {
+  for (int bounded : {1, 0}) {
+    ScopedEnv cap("RUCCL_P2P_UNEXPECTED_MB", bounded ? "2" : "1024");
+    ScopedEnv expect("RUCCL_TEST_EXPECT_PAUSE", bounded ? "1" : "0");
+    Orchestrator orch;
+    std::vector<pid_t> pids;
+    for (const std::string ids : {"0", "1"})
+      pids.push_back(spawn_node({orch.address(), "2", "flood", ids, "p2pflood"}, kSecret, GetParam()));
+    EXPECT_EQ(std::vector<int>(2, 0), wait_all(pids)) << (bounded ? "bounded at 2 MB" : "1 GiB");
+  }
+}
+
 // Node 1 of 3 frozen mid all-reduce: every surviving peer ends with PEER_LOST, and
 // node 2, its successor, names the silent node.
 // With RUCCL_SHM_LINKS=1 a process holds at most one shared-memory pair; its other

@@ -16,6 +16,7 @@
 
 #define POLL_SLICE_MS 50
 #define SINK_BYTES (64 * 1024)
+#define PAUSED_POLL_MS 5 /* a paused stream looks again this often for room or a receive */
 #define HELLO_BYTES (RUCCL_MAX_GROUP_NAME + 4)
 
 enum { FRAME_MESSAGE = 1, FRAME_END = 2, FRAME_ABORT = 3, FRAME_BEAT = 4 };
@@ -35,6 +36,12 @@ typedef struct {
   size_t len, done;
   int drop; /* no mailbox takes it */
   ruccl_arrival_t arrival;
+  /* Its header is in, but the mailbox's unexpected queue is full and no receive takes
+     it: nothing more is read from this stream until one does (header fields kept). */
+  int paused;
+  uint32_t p_src, p_dst;
+  int32_t p_tag;
+  uint64_t p_len;
 } in_conn_t;
 
 struct ruccl_p2p_net {
@@ -48,6 +55,7 @@ struct ruccl_p2p_net {
   int wake[2];
   atomic_int stop;
   char *sink;
+  size_t unexpected_cap; /* bytes a mailbox holds unexpected from the network before streams pause */
   /* Liveness: this node beats to its successor in the ring of nodes and watches its
      predecessor (heard: when a byte of its stream last came; quiet: it finished or
      its stream ended, nothing more to watch). */
@@ -121,6 +129,16 @@ ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_p2p_routes_t *ro
   atomic_init(&p->pred_quiet, 0);
   atomic_init(&p->beat_stop, 0);
   p->net = net;
+  p->unexpected_cap = (size_t)RUCCL_P2P_UNEXPECTED_MB << 20;
+  const char *e = getenv("RUCCL_P2P_UNEXPECTED_MB");
+  if (e && *e) {
+    char *end = NULL;
+    unsigned long long mb = strtoull(e, &end, 10);
+    if (*end || mb == 0 || mb > (1ull << 30))
+      ruccl_log(1, "RUCCL_P2P_UNEXPECTED_MB=%s is not a number of MiB: using %d", e, RUCCL_P2P_UNEXPECTED_MB);
+    else
+      p->unexpected_cap = (size_t)mb << 20;
+  }
   net->p2p = p;
   return RUCCL_OK;
 }
@@ -176,13 +194,23 @@ static ruccl_result_t header_in(ruccl_p2p_net_t *p, unsigned k, in_conn_t *in, c
              src, dst, (unsigned long long)len);
     return RUCCL_ERR_PROTOCOL;
   }
-  ruccl_mailbox_t *mb = r->mailbox(r->ctx, dst);
+  in->paused = 1;
+  in->p_src = src, in->p_dst = dst, in->p_tag = tag, in->p_len = len;
+  return RUCCL_OK;
+}
+
+/* A message whose header is in begins, if its mailbox can take it now (1); else the
+   stream stays paused (0). */
+static int begin_message(ruccl_p2p_net_t *p, in_conn_t *in) {
+  ruccl_mailbox_t *mb = p->routes.mailbox(p->routes.ctx, in->p_dst);
+  if (mb && !ruccl_arrival_may_begin(mb, in->p_src, in->p_tag, (size_t)in->p_len, p->unexpected_cap)) return 0;
+  in->paused = 0;
   in->in_message = 1;
-  in->len = (size_t)len;
+  in->len = (size_t)in->p_len;
   in->done = 0;
   in->drop = !mb;
-  if (mb) ruccl_arrival_begin(mb, src, tag, in->len, &in->arrival);
-  return RUCCL_OK;
+  if (mb) ruccl_arrival_begin(mb, in->p_src, in->p_tag, in->len, &in->arrival);
+  return 1;
 }
 
 /* Reads what node k's stream holds.  Returns 0 while it goes on. */
@@ -190,6 +218,7 @@ static int pump(ruccl_p2p_net_t *p, unsigned k) {
   in_conn_t *in = &p->in[k];
   char why[240];
   for (;;) {
+    if (in->paused && !begin_message(p, in)) return 0; /* its sender waits */
     if (in->in_message && in->done == in->len) {
       if (!in->drop) ruccl_arrival_end(&in->arrival, RUCCL_OK, NULL);
       in->in_message = 0;
@@ -244,11 +273,25 @@ static void *reader_main(void *arg) {
   while (pf && node && !atomic_load(&p->stop)) {
     nfds_t n = 0;
     pf[n++] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+    int paused = 0;
     pthread_mutex_lock(&p->in_mu);
-    for (unsigned k = 0; k < p->num_nodes; k++)
-      if (p->in[k].fd >= 0) node[n] = k, pf[n++] = (struct pollfd){.fd = p->in[k].fd, .events = POLLIN};
+    for (unsigned k = 0; k < p->num_nodes; k++) {
+      if (p->in[k].fd < 0) continue;
+      if (p->in[k].paused) { /* not polled (its bytes wait): looked at again below */
+        paused = 1;
+        continue;
+      }
+      node[n] = k, pf[n++] = (struct pollfd){.fd = p->in[k].fd, .events = POLLIN};
+    }
     pthread_mutex_unlock(&p->in_mu);
-    if (poll(pf, n, 1000) < 0 && errno != EINTR) break;
+    if (poll(pf, n, paused ? PAUSED_POLL_MS : 1000) < 0 && errno != EINTR) break;
+    for (unsigned k = 0; paused && k < p->num_nodes; k++) {
+      if (p->in[k].fd < 0 || !p->in[k].paused) continue;
+      /* Its node is not silent: this one stopped reading it.  Liveness resumes with
+         the stream (a node frozen meanwhile is found by the data links). */
+      atomic_store_explicit(&p->heard[k], ruccl_now_ns(), memory_order_relaxed);
+      pump(p, k);
+    }
     if (pf[0].revents) {
       char b[64];
       while (read(p->wake[0], b, sizeof b) > 0) {

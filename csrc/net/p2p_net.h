@@ -39,6 +39,10 @@
 #define RUCCL_FRAME_P2P_ACK 24 /* data port -> opener: taken */
 #define RUCCL_P2P_FRAME_BYTES 24
 #define RUCCL_P2P_MAX_MESSAGE (1ull << 40) /* bytes; a larger length is a protocol error */
+/* MiB a local peer holds of messages from other nodes that no receive wanted yet;
+   past it the connections they come on pause until a receive is posted (their
+   senders wait).  RUCCL_P2P_UNEXPECTED_MB sets another bound. */
+#define RUCCL_P2P_UNEXPECTED_MB 1024
 
 /* Where this node's peers' mailboxes are (global index -> mailbox, NULL when that
    peer is not on this node), and every peer's node. */
