@@ -60,3 +60,7 @@ int ruccl_testing_take_corruption(void) {
   corruption = 0;
   return what;
 }
+
+static _Atomic int beats_silenced;
+void ruccl_testing_silence_beats(int on) { beats_silenced = on; }
+int ruccl_testing_beats_silenced(void) { return beats_silenced; }

@@ -58,4 +58,9 @@ uint64_t ruccl_testing_path_count(int path);
 void ruccl_testing_corrupt_descriptor(int what);
 int ruccl_testing_take_corruption(void);
 
+/* While on, this process's liveness thread sends no beats (a node frozen before its
+   first beat, as its successor sees it). */
+void ruccl_testing_silence_beats(int on);
+int ruccl_testing_beats_silenced(void);
+
 #endif

@@ -48,6 +48,7 @@
  *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
  *             long compute phase), then another all-reduce and a barrier: all must
  *             work (no liveness false alarm)
+ * RUCCL_TEST_SILENT_PEER=ID: the node of peer ID sends no liveness beats.
  * RUCCL_TEST_LIVENESS_API_MS sets the liveness timeout with
  * ruccl_config_set_liveness_timeout_ms.
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
@@ -769,6 +770,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "config: %s\n", ruccl_last_error());
     return 2;
   }
+  /* RUCCL_TEST_SILENT_PEER: the node of that peer sends no liveness beats */
+  const char *silent = getenv("RUCCL_TEST_SILENT_PEER");
+  for (unsigned i = 0; silent && i < n; i++)
+    if (ids[i] == (uint32_t)atoi(silent)) ruccl_testing_silence_beats(1);
   /* RUCCL_TEST_LIVENESS_API_MS: the liveness timeout through the configuration */
   if (getenv("RUCCL_TEST_LIVENESS_API_MS") &&
       ruccl_config_set_liveness_timeout_ms(&cfg, atoll(getenv("RUCCL_TEST_LIVENESS_API_MS"))) != RUCCL_OK) {

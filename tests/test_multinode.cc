@@ -478,6 +478,18 @@ TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
   expect_frozen_node_lost("freeze", GetParam());
 }
 
+// A node silent from the start (as if frozen before its first beat): its successor
+// gives it the set-up grace (RUCCL_LIVENESS_SETUP_GRACE_MS, 3 s here; by default
+// 2 min), not the session's whole timeout, and every survivor ends with PEER_LOST.
+TEST_P(Transports, NodeSilentFromTheStartIsPeerLostAfterTheSetUpGrace) {
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "1500");
+  ScopedEnv grace("RUCCL_LIVENESS_SETUP_GRACE_MS", "3000");
+  ScopedEnv silent("RUCCL_TEST_SILENT_PEER", "2");  // node 1 ("2,3")
+  SignalledSession r = disturb_mid_all_reduce("silent", GetParam(), [](pid_t) {});
+  expect_survivors_lost(r);
+  EXPECT_LT(r.took, 10.0) << "the survivors waited for the session's 20 s timeout";
+}
+
 // The liveness timeout set through the configuration wins over the environment: with
 // RUCCL_LIVENESS_TIMEOUT_MS=0 (no watch) and ruccl_config_set_liveness_timeout_ms(1500),
 // a frozen node is PEER_LOST for every survivor, as above.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../error.h"
+#include "../testing.h"
 #include "wire.h"
 
 #define POLL_SLICE_MS 50
@@ -506,7 +507,7 @@ static void *beater_main(void *arg) {
   while (!atomic_load(&p->beat_stop)) {
     pthread_mutex_unlock(&p->beat_mu);
     int64_t now = ruccl_now_ns();
-    beat(p, now + period);
+    if (!ruccl_testing_beats_silenced()) beat(p, now + period);
     now = ruccl_now_ns();
     const int64_t heard = atomic_load_explicit(&p->heard[p->pred], memory_order_relaxed);
     const int64_t silent = now - heard;
@@ -537,7 +538,20 @@ void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   p->liveness_ns = ms_to_ns(timeout_ms);
   p->succ = (p->me + 1) % p->num_nodes;
   p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
-  p->setup_grace_ns = ms_to_ns(net->timeout_ms);
+  /* Until its first byte the predecessor may still be setting up: it gets the set-up
+     grace (RUCCL_LIVENESS_SETUP_GRACE_MS, default 2 min, at least the liveness
+     timeout, at most the session's timeout), the liveness timeout after. */
+  int64_t grace_ms = RUCCL_LIVENESS_SETUP_GRACE_MS;
+  const char *e = getenv("RUCCL_LIVENESS_SETUP_GRACE_MS");
+  if (e && *e) {
+    char *end = NULL;
+    long long v = strtoll(e, &end, 10);
+    if (*end || v <= 0) ruccl_log(1, "RUCCL_LIVENESS_SETUP_GRACE_MS=%s is not a number of ms: using %d", e, RUCCL_LIVENESS_SETUP_GRACE_MS);
+    else grace_ms = v;
+  }
+  if (grace_ms < timeout_ms) grace_ms = timeout_ms;
+  if (grace_ms > net->timeout_ms) grace_ms = net->timeout_ms;
+  p->setup_grace_ns = ms_to_ns(grace_ms);
   /* A byte from the predecessor may have come already (its stream opened early):
      then the liveness timeout applies from that byte on, with no grace. */
   long long never = 0;

@@ -43,6 +43,10 @@
    past it the connections they come on pause until a receive is posted (their
    senders wait).  RUCCL_P2P_UNEXPECTED_MB sets another bound. */
 #define RUCCL_P2P_UNEXPECTED_MB 1024
+/* ms a node's predecessor has for its first beat after this node starts watching (it
+   may still be setting up); RUCCL_LIVENESS_SETUP_GRACE_MS sets another.  Never less
+   than the liveness timeout, never more than the session's timeout. */
+#define RUCCL_LIVENESS_SETUP_GRACE_MS 120000
 
 /* Where this node's peers' mailboxes are (global index -> mailbox, NULL when that
    peer is not on this node), and every peer's node. */
