@@ -64,3 +64,7 @@ int ruccl_testing_take_corruption(void) {
 static _Atomic int beats_silenced;
 void ruccl_testing_silence_beats(int on) { beats_silenced = on; }
 int ruccl_testing_beats_silenced(void) { return beats_silenced; }
+
+static _Atomic int die_after_table;
+void ruccl_testing_set_die_after_table(int on) { die_after_table = on; }
+int ruccl_testing_die_after_table(void) { return die_after_table; }

@@ -49,6 +49,8 @@
  *             long compute phase), then another all-reduce and a barrier: all must
  *             work (no liveness false alarm)
  * RUCCL_TEST_SILENT_PEER=ID: the node of peer ID sends no liveness beats.
+ * RUCCL_TEST_DIE_AFTER_TABLE_PEER=ID: the node of peer ID exits (status 7) as soon as
+ * it has the session's table, before it links to anyone.
  * RUCCL_TEST_LIVENESS_API_MS sets the liveness timeout with
  * ruccl_config_set_liveness_timeout_ms.
  * ORCH "dir:PATH" rendezvouses through a key-value store kept as files in PATH (the
@@ -770,6 +772,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "config: %s\n", ruccl_last_error());
     return 2;
   }
+  /* RUCCL_TEST_DIE_AFTER_TABLE_PEER: the node of that peer exits (7) once it has the table */
+  const char *die = getenv("RUCCL_TEST_DIE_AFTER_TABLE_PEER");
+  for (unsigned i = 0; die && i < n; i++)
+    if (ids[i] == (uint32_t)atoi(die)) ruccl_testing_set_die_after_table(1);
   /* RUCCL_TEST_SILENT_PEER: the node of that peer sends no liveness beats */
   const char *silent = getenv("RUCCL_TEST_SILENT_PEER");
   for (unsigned i = 0; silent && i < n; i++)

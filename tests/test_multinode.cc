@@ -478,6 +478,41 @@ TEST_P(Transports, FrozenNodeIsPeerLostForEverySurvivor) {
   expect_frozen_node_lost("freeze", GetParam());
 }
 
+// A node that crashes right after it got the table never links: the orchestrator sees
+// its connection close without LEAVE and tells the others, and a node that dials it
+// finds its data port closed, so every other node fails its registration with
+// PEER_LOST at once, not TIMEOUT after the session's 20 s.
+TEST(MultiNode, NodeThatDiesAfterTheTableIsPeerLostForTheOthersAtSetUp) {
+  for (const char *victim : {"1", "3"}) {  // a middle node (dialled and dialling), the last (only dialling)
+    ScopedEnv die("RUCCL_TEST_DIE_AFTER_TABLE_PEER", victim);
+    Orchestrator orch;
+    const std::vector<std::string> ids = {"0", "1", "2", "3"};
+    auto t0 = std::chrono::steady_clock::now();
+    LoggedNodes nodes(orch, std::string("diesat") + victim, ids, "all", "auto", "");
+    std::vector<int> codes = wait_all(nodes.pids, 60);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int v = atoi(victim);
+    for (int k = 0; k < 4; k++) {
+      if (k == v) {
+        EXPECT_EQ(7, codes[k]) << "the victim exits after its table";
+        continue;
+      }
+      EXPECT_EQ(1, codes[k]) << "node " << k;
+      // at registration (linked to the victim at set-up), or in the first all-reduce
+      std::string log = nodes.log((size_t)k), mine = "peer " + std::to_string(k) + ": ";
+      size_t at = log.rfind("\n" + mine);
+      if (at != std::string::npos) at++;
+      else if (log.compare(0, mine.size(), mine) == 0) at = 0;
+      std::string line = at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+      EXPECT_NE(std::string::npos, line.find("RUCCL_ERR_PEER_LOST")) << "node " << k << " must end with PEER_LOST: " << log;
+    }
+    // node 0 waits for the victim's link at set-up: the orchestrator's word ends that wait
+    EXPECT_NE(std::string::npos, nodes.log(0).find(std::string("the orchestrator says the node of peer ") + victim))
+        << nodes.log(0);
+    EXPECT_LT(took, 10.0) << "the others waited for the session's timeout";
+  }
+}
+
 // A node silent from the start (as if frozen before its first beat): its successor
 // gives it the set-up grace (RUCCL_LIVENESS_SETUP_GRACE_MS, 3 s here; by default
 // 2 min), not the session's whole timeout, and every survivor ends with PEER_LOST.

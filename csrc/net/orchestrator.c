@@ -41,7 +41,6 @@
 #define KEEPALIVE_IDLE_S 5
 #define KEEPALIVE_INTERVAL_S 2
 #define KEEPALIVE_PROBES 3
-#define SESSION_IDLE_NS (24LL * 3600 * 1000000000) /* a joined node may wait this long */
 
 typedef struct conn conn_t;
 typedef struct session session_t;
@@ -54,7 +53,9 @@ struct conn {
   conn_t *next_in_session;
   ruccl_join_t join;
   pthread_t thread;
-  int wake; /* eventfd: its session's table is ready */
+  int wake; /* eventfd: its session's table is ready, or news for it below */
+  int lost_pending; /* another node of its session went without LEAVE (lost_id: its smallest peer id) */
+  uint32_t lost_id;
 };
 
 struct session {
@@ -262,11 +263,58 @@ static void wait_out_running_session(ruccl_orchestrator_t *o, const char *group)
 
 /* ---- connections ------------------------------------------------------------------ */
 
+/* Lock held: c went without LEAVE; every other node of its session hears it (a node
+   still setting up stops waiting for c's links).  Each node's own thread sends it
+   (after its table, never inside one of its frames). */
+static void tell_node_lost(conn_t *c) {
+  uint32_t id = UINT32_MAX;
+  for (uint32_t a = 0; a < c->join.num_local; a++)
+    if (c->join.peer_ids[a] < id) id = c->join.peer_ids[a];
+  uint64_t one = 1;
+  for (conn_t *other = c->session->nodes; other; other = other->next_in_session) {
+    if (other == c || other->lost_pending) continue;
+    other->lost_pending = 1;
+    other->lost_id = id;
+    if (write(other->wake, &one, sizeof one) != sizeof one) { /* an eventfd counter does not fill */
+    }
+  }
+  ruccl_log(1, "orchestrator: the node of peer %u left group '%s' without LEAVE: telling the others", id,
+            c->join.group);
+}
+
+/* A joined node's thread, once its table went: until the node leaves (LEAVE, close,
+   or stop), passes on news of its session.  Returns whether it left with LEAVE. */
+static int serve_session(ruccl_orchestrator_t *o, conn_t *c) {
+  unsigned char buf[256]; /* a node sends nothing but LEAVE once it has joined */
+  for (;;) {
+    struct pollfd pf[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->wake, .events = POLLIN}};
+    if (poll(pf, 2, -1) < 0 && errno != EINTR) return 0;
+    if (pf[1].revents) {
+      uint64_t v;
+      if (read(c->wake, &v, sizeof v) != sizeof v) { /* the counter was read meanwhile */
+      }
+      pthread_mutex_lock(&o->mu);
+      int pending = c->lost_pending;
+      uint32_t id = c->lost_id;
+      pthread_mutex_unlock(&o->mu);
+      unsigned char w[4] = {(unsigned char)id, (unsigned char)(id >> 8), (unsigned char)(id >> 16),
+                            (unsigned char)(id >> 24)};
+      if (pending) ruccl_frame_send(c->fd, RUCCL_FRAME_NODE_LOST, w, sizeof w, ruccl_now_ns() + 1000000000);
+    }
+    if (!pf[0].revents) continue;
+    uint16_t type = 0;
+    uint32_t len = 0;
+    if (ruccl_frame_recv(c->fd, &type, buf, sizeof buf, &len, ruccl_now_ns() + TABLE_CHUNK_TIMEOUT_NS) != RUCCL_OK)
+      return 0;
+    if (type == RUCCL_FRAME_LEAVE) return 1;
+  }
+}
+
 static void *serve(void *arg) {
   conn_t *c = arg;
   ruccl_orchestrator_t *o = c->orch;
-  unsigned char buf[256]; /* a node sends nothing but LEAVE once it has joined */
   ruccl_result_t rc = RUCCL_OK;
+  int left = 0;
   if (rc == RUCCL_OK) {
     char why[256];
     pthread_mutex_lock(&o->mu);
@@ -276,13 +324,11 @@ static void *serve(void *arg) {
     if (rc != RUCCL_OK) send_error_frame(c->fd, rc, why);
   }
   if (rc == RUCCL_OK && !send_table(o, c)) shutdown(c->fd, SHUT_RDWR);
-  if (rc == RUCCL_OK) {
-    /* The session runs; we only wait for this node to leave (LEAVE, close, or stop). */
-    uint16_t type = 0;
-    uint32_t len = 0;
-    while (ruccl_frame_recv(c->fd, &type, buf, sizeof buf, &len, ruccl_now_ns() + SESSION_IDLE_NS) == RUCCL_OK &&
-           type != RUCCL_FRAME_LEAVE) {
-    }
+  if (rc == RUCCL_OK) left = serve_session(o, c); /* the session runs: until the node leaves */
+  if (rc == RUCCL_OK && !left) { /* it went without leaving: the others may be waiting for its links */
+    pthread_mutex_lock(&o->mu);
+    if (c->session && c->session->started && !o->stopping) tell_node_lost(c);
+    pthread_mutex_unlock(&o->mu);
   }
   /* Free this thread's OpenSSL state now: stop() waits for `live`, not for the
      thread's exit, and the process may end right after it. */

@@ -14,6 +14,7 @@
 #include "../config.h"
 #include "../error.h"
 #include "../rank.h"
+#include "../testing.h"
 #include "bootstrap.h"
 #include "p2p_net.h"
 #include "shm_link.h"
@@ -158,6 +159,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     me->num_local = g->n;
     for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
     rc = bootstrap->join(bootstrap->ctx, cfg, me, deadline, &net->orchestrator_fd, &table);
+    if (bootstrap == &ruccl_orchestrator_bootstrap) net->orchestrator_news = net->orchestrator_fd;
+    if (rc == RUCCL_OK && ruccl_testing_die_after_table()) _exit(7); /* a crash right after the table */
   }
   unsigned my_node = 0;
   if (rc == RUCCL_OK) {

@@ -171,6 +171,7 @@ static ruccl_result_t accept_shm(ruccl_net_t *net, int fd, unsigned node, ruccl_
 ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned port) {
   net->listen_fd = -1;
   net->orchestrator_fd = -1;
+  net->orchestrator_news = -1;
   net->wake[0] = net->wake[1] = -1;
   atomic_init(&net->aborted, 0);
   atomic_init(&net->abort_code, RUCCL_OK);
@@ -183,6 +184,7 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
    padded), the session id, the dialling node and the dialled one (big-endian). */
 #define LINK_CONTEXT_BYTES (RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 8)
 #define LINK_FIRST_MAX 256 /* the largest first frame after the context */
+#define LINK_CONNECT_NS (10LL * 1000000000)
 
 static void put_be32(unsigned char *p, uint32_t v) {
   p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
@@ -206,7 +208,14 @@ ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const
   unsigned char first[LINK_CONTEXT_BYTES + LINK_FIRST_MAX];
   link_context(net, net->me, k, first);
   if (len) memcpy(first + LINK_CONTEXT_BYTES, hello, len);
-  ruccl_result_t rc = ruccl_tcp_connect(net->nodes[k].address, (int)net->nodes[k].port, deadline_ns, fd);
+  /* Its data port listened before it joined: a node of the table that does not answer
+     for LINK_CONNECT_NS is gone (refused: it died), not slow. */
+  int64_t connect_by = ruccl_now_ns() + LINK_CONNECT_NS;
+  ruccl_result_t rc = ruccl_tcp_connect_ex(net->nodes[k].address, (int)net->nodes[k].port,
+                                           connect_by < deadline_ns ? connect_by : deadline_ns, 0, fd);
+  if (rc == RUCCL_ERR_TIMEOUT && connect_by < deadline_ns)
+    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u's data port at %s:%u does not answer: %s", k, net->nodes[k].address,
+                    net->nodes[k].port, ruccl_last_error_detail());
   if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->key, type, first, (uint32_t)(LINK_CONTEXT_BYTES + len), deadline_ns);
   if (rc != RUCCL_OK && *fd >= 0) close(*fd), *fd = -1;
   return rc;
@@ -386,11 +395,33 @@ static void stop_port(ruccl_net_t *net) {
 }
 
 /* Set-up: waits until every higher set-up neighbour has linked (through the port). */
+/* Set-up: what the orchestrator says meanwhile.  A node of the session that went
+   without leaving (it crashed after it got the table, its connection broke) will
+   never link: PEER_LOST now, not the registration's timeout. */
+static ruccl_result_t orchestrator_news(ruccl_net_t *net) {
+  struct pollfd p = {.fd = net->orchestrator_news, .events = POLLIN};
+  if (net->orchestrator_news < 0 || poll(&p, 1, 0) != 1) return RUCCL_OK;
+  unsigned char buf[64];
+  uint16_t type = 0;
+  uint32_t len = 0;
+  ruccl_result_t rc = ruccl_frame_recv(net->orchestrator_news, &type, buf, sizeof buf, &len, ruccl_now_ns() + 1000000000);
+  net->orchestrator_news = -1; /* one look: whatever it said, nothing more is read there */
+  if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && len == 4) {
+    uint32_t id = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+    return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: the orchestrator says the node of peer %u went before it linked",
+                      net->me, id);
+  }
+  if (rc != RUCCL_OK) return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: lost the orchestrator during set-up (%s)", net->me,
+                                        ruccl_last_error_detail());
+  return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u: the orchestrator sent frame type %u during set-up", net->me, type);
+}
+
 static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
   for (unsigned k = net->me + 1; k < net->num_nodes; k++) {
     if (!setup_pair(net->me, k, net->num_nodes)) continue;
     for (unsigned naps = 0; link_fd(net, k) < 0; naps++) {
       ruccl_result_t rc = ruccl_net_session_state(net);
+      if (rc == RUCCL_OK) rc = orchestrator_news(net);
       if (rc != RUCCL_OK) return rc;
       if (ruccl_now_ns() >= deadline_ns)
         return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u: node %u did not connect within the timeout", net->me, k);

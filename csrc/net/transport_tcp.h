@@ -48,6 +48,7 @@ typedef struct ruccl_net {
   int listen_fd;  /* the data service, kept open to refuse strangers during the session */
   int data_port;
   int orchestrator_fd;   /* the rendezvous handle (the orchestrator's socket) */
+  int orchestrator_news; /* that socket when it is one (-1 with a store): set-up watches it for NODE_LOST */
   const void *bootstrap; /* the ruccl_bootstrap_t that joined, to leave through */
   pthread_t guard; /* the data port's thread: accepts, hands each connection to a handshake thread */
   int guard_running;

@@ -89,6 +89,10 @@ static int remaining_ms(int64_t deadline_ns) {
 }
 
 ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns, int *fd_out) {
+  return ruccl_tcp_connect_ex(host, port, deadline_ns, 1, fd_out);
+}
+
+ruccl_result_t ruccl_tcp_connect_ex(const char *host, int port, int64_t deadline_ns, int retry_refused, int *fd_out) {
   struct sockaddr_in sa;
   ruccl_result_t rc = resolve(host, port, &sa);
   if (rc != RUCCL_OK) return rc;
@@ -118,6 +122,8 @@ ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns
     }
     last_errno = errno;
     close(fd);
+    if (!retry_refused && last_errno == ECONNREFUSED)
+      return ruccl_fail(RUCCL_ERR_PEER_LOST, "%s:%d refused the connection: nothing listens there", host, port);
     if (ruccl_now_ns() >= deadline_ns)
       return ruccl_fail(RUCCL_ERR_TIMEOUT, "cannot reach %s:%d before the timeout (%s)", host, port,
                         strerror(last_errno));

@@ -20,6 +20,8 @@ typedef enum {
   RUCCL_FRAME_TABLE = 11,   /* orchestrator -> node: every node's data address */
   RUCCL_FRAME_ERROR = 12,   /* orchestrator -> node: code, message */
   RUCCL_FRAME_LEAVE = 13,   /* node -> orchestrator: the session is over here */
+  RUCCL_FRAME_NODE_LOST = 14, /* orchestrator -> node: a node of the session went without LEAVE
+                                 (payload: its smallest peer id, u32 little-endian) */
 } ruccl_frame_type_t;
 
 typedef struct {
@@ -35,8 +37,11 @@ ruccl_result_t ruccl_split_host_port(const char *host_port, char *host, size_t h
 /* Binds and listens; port 0 takes any free port.  RUCCL_ERR_IO (with the reason)
    when the address is in use or cannot be bound. */
 ruccl_result_t ruccl_tcp_listen(const char *host, int port, int *fd, int *bound_port);
-/* Connects, retrying refused connections until the deadline (RUCCL_ERR_TIMEOUT). */
+/* Connects, retrying refused connections until the deadline (RUCCL_ERR_TIMEOUT).  The
+   _ex form with retry_refused 0: a refusal is RUCCL_ERR_PEER_LOST at once (a port that
+   listened before and refuses now: its process is gone). */
 ruccl_result_t ruccl_tcp_connect(const char *host, int port, int64_t deadline_ns, int *fd);
+ruccl_result_t ruccl_tcp_connect_ex(const char *host, int port, int64_t deadline_ns, int retry_refused, int *fd);
 /* For server threads: waits for a connection on listen_fd or a byte on wake_fd.
    Returns the accepted socket, or -1 once wake_fd is readable (time to stop). */
 int ruccl_accept_until_woken(int listen_fd, int wake_fd);
