@@ -105,19 +105,28 @@ TEST(OrchestratorProgram, SecretFromTheEnvironment) {
   EXPECT_EQ(0, stop(p));
 }
 
+// A file holding these bytes (a secret), removed when it goes out of scope.
+struct SecretFile {
+  std::string path;
+  explicit SecretFile(const std::string &bytes) {
+    char tmpl[] = "/tmp/ruccl-secret-XXXXXX";
+    int fd = mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ssize_t(bytes.size()), write(fd, bytes.data(), bytes.size()));
+    close(fd);
+    path = tmpl;
+  }
+  ~SecretFile() { unlink(path.c_str()); }
+};
+
 TEST(OrchestratorProgram, SecretFromAFileWinsOverTheEnvironment) {
-  char path[] = "/tmp/ruccl-secret-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(11, write(fd, "file-secret", 11));
-  close(fd);
-  Program p = start({"--listen", "127.0.0.1:0", "--secret-file", path}, "env-secret");
+  SecretFile file("file-secret");
+  Program p = start({"--listen", "127.0.0.1:0", "--secret-file", file.path}, "env-secret");
   std::string addr = ready_address(p);
   ASSERT_NE("", addr);
   EXPECT_EQ(RUCCL_OK, join_once(addr, "file-secret")) << ruccl_last_error();
   EXPECT_EQ(RUCCL_ERR_AUTH, join_once(addr, "env-secret"));
   EXPECT_EQ(0, stop(p));
-  unlink(path);
 }
 
 // Secure by default: without --secret-file, RUCCL_SECRET or RUCCL_SECRET_FILE the
@@ -132,12 +141,8 @@ TEST(OrchestratorProgram, NoSecretRefusesToStart) {
 }
 
 TEST(OrchestratorProgram, SecretFileFromTheEnvironment) {
-  char path[] = "/tmp/ruccl-secret-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(9, write(fd, "env-file\n", 9));
-  close(fd);
-  setenv("RUCCL_SECRET_FILE", path, 1);
+  SecretFile file("env-file\n");
+  setenv("RUCCL_SECRET_FILE", file.path.c_str(), 1);
   Program p = start({"--listen", "127.0.0.1:0"}, "");
   unsetenv("RUCCL_SECRET_FILE");
   std::string addr = ready_address(p);
@@ -145,7 +150,6 @@ TEST(OrchestratorProgram, SecretFileFromTheEnvironment) {
   EXPECT_EQ(RUCCL_OK, join_once(addr, "env-file\n")) << ruccl_last_error();
   EXPECT_EQ(RUCCL_ERR_AUTH, join_once(addr, "env-file"));
   EXPECT_EQ(0, stop(p, SIGTERM));
-  unlink(path);
 }
 
 TEST(OrchestratorProgram, BadArgumentsFail) {

@@ -8,22 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
 #include "net/wire.h"
 #include "transport.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int sp[2];
-  if (size > 150000 || socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) return 0;
-  int big = 1 << 20;
-  setsockopt(sp[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-  setsockopt(sp[0], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-  size_t off = 0;
-  while (off < size) {
-    ssize_t w = send(sp[1], data + off, size - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  shutdown(sp[1], SHUT_WR);
+  if (size > 150000 || fuzz_socket_with(data, size, sp) != 0) return 0;
   static unsigned char buf[1024];
   /* the cap varies with the input: small caps exercise the refusal of long frames */
   uint32_t cap = size ? (uint32_t)(data[size - 1] % 4 == 0 ? sizeof buf : data[size - 1] % 64) : 16;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
 #include "net/wire.h"
 #include "transport.h"
 
@@ -34,16 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   /* the client, against a "server" that sends the input */
   int sp[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) return 0;
-  int big = 1 << 20;
-  setsockopt(sp[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = send(sp[1], in + off, n - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  shutdown(sp[1], SHUT_WR);
+  if (fuzz_socket_with(in, n, sp) != 0) return 0;
   static const char first[] = "a first frame";
   if (ruccl_auth_client(sp[0], key, 10, first, sizeof first, ruccl_now_ns() + 100000000) == RUCCL_OK) {
     /* only a server that knows the key could have answered: the input cannot */
