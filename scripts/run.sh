@@ -11,6 +11,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 dir="${1:-$(mktemp -d)/collective-training-state}"
 py="${PYTHON:-python3}"
+# Real authentication between the ranks (else the backend shares a secret through
+# torch's store, and says so): a fresh random secret unless one is given.
+export RUCCL_SECRET="${RUCCL_SECRET:-$("$py" -c 'import secrets; print(secrets.token_hex(16))')}"
 echo "=== run $dir"
 ran="$("$py" "$root/examples/collective_training.py" run "$dir")"
 echo "$ran"
