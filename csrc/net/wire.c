@@ -368,8 +368,10 @@ ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_
   if (len) memcpy(auth + AUTH_HEAD_BYTES, first, len);
   rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth, AUTH_HEAD_BYTES + len, deadline_ns);
   if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, their, sizeof their, &n, deadline_ns);
-  if (rc == RUCCL_ERR_PEER_LOST || (rc == RUCCL_OK && t == RUCCL_FRAME_AUTH_FAIL))
+  if (rc == RUCCL_OK && t == RUCCL_FRAME_AUTH_FAIL)
     rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side refused our proof of the session secret");
+  else if (rc == RUCCL_ERR_PEER_LOST) /* gone mid-handshake (a refused proof is answered AUTH_FAIL) */
+    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other side closed the connection during the handshake");
   else if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH_OK || n != sizeof their))
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication reply, got type %u", t);
   if (rc == RUCCL_OK) {
