@@ -29,19 +29,21 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
                                     const ruccl_join_t *me, int64_t deadline_ns, int *fd_out, ruccl_table_t *table) {
   char host[RUCCL_MAX_ADDRESS];
   int port, fd = -1;
+  /* The key and the JOIN first: once connected the handshake only answers (the
+     orchestrator gives a pending handshake a few seconds).  The JOIN travels inside the
+     handshake: the orchestrator reads it once we proved the secret. */
+  unsigned char key[RUCCL_AUTH_KEY_BYTES];
+  size_t len = 0;
+  unsigned char *wire = NULL;
   ruccl_result_t rc = ruccl_split_host_port(host_port, host, sizeof host, &port);
+  if (rc == RUCCL_OK) rc = ruccl_auth_key(secret, secret_len, key);
+  if (rc == RUCCL_OK && !(wire = ruccl_join_encode(me, &len))) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
   if (rc == RUCCL_OK) rc = ruccl_tcp_connect(host, port, deadline_ns, &fd);
   if (rc == RUCCL_ERR_TIMEOUT) rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "the orchestrator at %s is unreachable", host_port);
-  if (rc != RUCCL_OK) return rc;
-  /* The JOIN travels inside the handshake: the orchestrator reads it once we proved the secret */
-  unsigned char key[RUCCL_AUTH_KEY_BYTES];
-  rc = ruccl_auth_key(secret, secret_len, key);
-  size_t len = 0;
-  unsigned char *wire = rc == RUCCL_OK ? ruccl_join_encode(me, &len) : NULL;
-  if (rc == RUCCL_OK && !wire) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
   if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, key, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
   OPENSSL_cleanse(key, sizeof key);
   free(wire);
+  if (rc != RUCCL_OK && fd < 0) return rc;
   if (rc == RUCCL_OK)
     ruccl_log(2, "joined group '%s' at the orchestrator %s: waiting for its %u nodes", me->group, host_port,
               me->num_nodes);

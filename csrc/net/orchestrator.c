@@ -359,7 +359,7 @@ static void *serve(void *arg) {
  * gets a thread of its own (serve) for the rest of its session. */
 
 #define PENDING_MAX 4096
-#define PENDING_HANDSHAKE_NS (5LL * 1000000000)
+#define PENDING_HANDSHAKE_NS (10LL * 1000000000) /* hundreds of nodes at once on a few busy cores */
 #define ACCEPT_BACKOFF_NS (50LL * 1000000) /* out of descriptors: leave the queue a while */
 
 typedef struct {
