@@ -68,9 +68,9 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
       uint32_t code = ntohl(e.code);
       if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PROTOCOL;
       rc = ruccl_fail((ruccl_result_t)code, "orchestrator: %s", e.message);
-    } else if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && n == 4) {
+    } else if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && n == RUCCL_NODE_LOST_BYTES) {
       /* a node that had its table went before this one had all of its own */
-      uint32_t id = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+      uint32_t id = ruccl_node_lost_decode(buf);
       rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the orchestrator says the node of peer %u went before it linked", id);
     } else if (rc == RUCCL_OK && type == RUCCL_FRAME_TABLE) {
       rc = ruccl_table_decode_chunk(buf, n, table, &filled);

@@ -297,8 +297,8 @@ static int serve_session(ruccl_orchestrator_t *o, conn_t *c) {
       int pending = c->lost_pending;
       uint32_t id = c->lost_id;
       pthread_mutex_unlock(&o->mu);
-      unsigned char w[4] = {(unsigned char)id, (unsigned char)(id >> 8), (unsigned char)(id >> 16),
-                            (unsigned char)(id >> 24)};
+      unsigned char w[RUCCL_NODE_LOST_BYTES];
+      ruccl_node_lost_encode(id, w);
       if (pending) ruccl_frame_send(c->fd, RUCCL_FRAME_NODE_LOST, w, sizeof w, ruccl_now_ns() + 1000000000);
     }
     if (!pf[0].revents) continue;

@@ -406,8 +406,8 @@ static ruccl_result_t orchestrator_news(ruccl_net_t *net) {
   uint32_t len = 0;
   ruccl_result_t rc = ruccl_frame_recv(net->orchestrator_news, &type, buf, sizeof buf, &len, ruccl_now_ns() + 1000000000);
   net->orchestrator_news = -1; /* one look: whatever it said, nothing more is read there */
-  if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && len == 4) {
-    uint32_t id = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+  if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && len == RUCCL_NODE_LOST_BYTES) {
+    uint32_t id = ruccl_node_lost_decode(buf);
     return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: the orchestrator says the node of peer %u went before it linked",
                       net->me, id);
   }

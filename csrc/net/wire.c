@@ -382,3 +382,11 @@ ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_
   free(auth);
   return rc;
 }
+
+void ruccl_node_lost_encode(uint32_t id, unsigned char out[RUCCL_NODE_LOST_BYTES]) {
+  for (int i = 0; i < 4; i++) out[i] = (unsigned char)(id >> (8 * i));
+}
+
+uint32_t ruccl_node_lost_decode(const unsigned char in[RUCCL_NODE_LOST_BYTES]) {
+  return (uint32_t)in[0] | (uint32_t)in[1] << 8 | (uint32_t)in[2] << 16 | (uint32_t)in[3] << 24;
+}

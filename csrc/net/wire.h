@@ -53,6 +53,11 @@ ruccl_result_t ruccl_tcp_accept(int listen_fd, int64_t deadline_ns, int *fd);
 ruccl_result_t ruccl_write_all(int fd, const void *buf, size_t len, int64_t deadline_ns);
 ruccl_result_t ruccl_read_all(int fd, void *buf, size_t len, int64_t deadline_ns);
 
+/* A NODE_LOST frame's payload: the lost node's smallest peer id, little-endian. */
+#define RUCCL_NODE_LOST_BYTES 4
+void ruccl_node_lost_encode(uint32_t id, unsigned char out[RUCCL_NODE_LOST_BYTES]);
+uint32_t ruccl_node_lost_decode(const unsigned char in[RUCCL_NODE_LOST_BYTES]);
+
 ruccl_result_t ruccl_frame_send(int fd, uint16_t type, const void *payload, uint32_t len, int64_t deadline_ns);
 /* Reads one frame whose payload fits in cap (else RUCCL_ERR_PROTOCOL, nothing
    allocated); bad magic is RUCCL_ERR_PROTOCOL too. */
