@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "error.h"
+#include "le.h"
 
-/* Little-endian writer and reader over a byte buffer. */
+/* Little-endian writer and reader over a byte buffer (le.h). */
 typedef struct {
   unsigned char *p;
 } put_t;
@@ -15,24 +16,24 @@ typedef struct {
 } get_t;
 
 static void put_u32(put_t *w, uint32_t v) {
-  for (int i = 0; i < 4; i++) *w->p++ = (unsigned char)(v >> (8 * i));
+  ruccl_put_le32(w->p, v);
+  w->p += 4;
 }
 static void put_u64(put_t *w, uint64_t v) {
-  for (int i = 0; i < 8; i++) *w->p++ = (unsigned char)(v >> (8 * i));
+  ruccl_put_le64(w->p, v);
+  w->p += 8;
 }
 static void put_bytes(put_t *w, const void *b, size_t n) {
   memcpy(w->p, b, n);
   w->p += n;
 }
 static uint32_t get_u32(get_t *r) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)*r->p++ << (8 * i);
-  return v;
+  r->p += 4;
+  return ruccl_get_le32(r->p - 4);
 }
 static uint64_t get_u64(get_t *r) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)*r->p++ << (8 * i);
-  return v;
+  r->p += 8;
+  return ruccl_get_le64(r->p - 8);
 }
 static void get_bytes(get_t *r, void *b, size_t n) {
   memcpy(b, r->p, n);

@@ -70,7 +70,7 @@ struct JoinResult {
 
 JoinResult join(const std::string &addr, const ruccl_join_t &j, const char *secret = kSecret, int64_t ms = 5000) {
   JoinResult r;
-  r.rc = ruccl_bootstrap_join(addr.c_str(), secret, strlen(secret), &j, in_ms(ms), &r.fd, &r.table);
+  r.rc = ruccl_bootstrap_join(addr.c_str(), Key(secret).k, &j, in_ms(ms), &r.fd, &r.table);
   r.error = ruccl_last_error();
   return r;
 }
@@ -163,8 +163,9 @@ TEST(Orchestrator, GarbageTruncatedAndOversizedFramesAreDropped) {
   }
   {  // a header announcing a 3 GB payload: refused without allocating it
     int fd = raw_connect(port);
-    ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(3000000000u)};
-    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, &h, sizeof h, in_ms(1000)));
+    unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+    ruccl_frame_header_encode(RUCCL_FRAME_AUTH, 3000000000u, h);
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, h, sizeof h, in_ms(1000)));
     char buf[256];
     uint16_t type;
     uint32_t len;
@@ -213,19 +214,25 @@ TEST(Handshake, AStrangerAtEachStepIsDroppedAndTheSessionGoesOn) {
     Frame hello = step > 0 ? read_frame(fd) : Frame{};
     if (step > 0) {
       EXPECT_EQ(RUCCL_FRAME_HELLO, hello.type);
-      EXPECT_EQ(4u + 32u, hello.payload.size()) << "version and nonce";
+      EXPECT_EQ(4u + RUCCL_PAKE_SHARE_BYTES, hello.payload.size()) << "version and the server's share";
     }
-    std::vector<unsigned char> auth(32 + 32 + 2, 0xab);  // a nonce, a proof, a type
+    std::vector<unsigned char> auth(RUCCL_AUTH_HEAD_BYTES, 0xab);  // a share, a proof, a type
+    if (step == 3) {  // a share that is a point of the curve (a real client's), a made-up proof
+      ruccl_pake_t p;
+      ASSERT_EQ(RUCCL_OK, ruccl_pake_start(Key(kSecret).k, RUCCL_PAKE_CLIENT, &p));
+      memcpy(auth.data(), p.share, RUCCL_PAKE_SHARE_BYTES);
+    }
     if (step == 2) {  // half an AUTH frame, then gone
-      ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(66)};
-      ruccl_write_all(fd, &h, sizeof h, in_ms(1000));
+      unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+      ruccl_frame_header_encode(RUCCL_FRAME_AUTH, RUCCL_AUTH_HEAD_BYTES, h);
+      ruccl_write_all(fd, h, sizeof h, in_ms(1000));
       ruccl_write_all(fd, auth.data(), 20, in_ms(1000));
     }
     if (step == 3) {  // a made-up proof: refused (AUTH_FAIL), never answered with a proof
       ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), (uint32_t)auth.size(), in_ms(1000)));
       EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(fd).type);
     }
-    if (step == 4) {  // shorter than a nonce and a proof
+    if (step == 4) {  // shorter than a share and a proof
       ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), 40, in_ms(1000)));
       EXPECT_EQ(0, read_frame(fd).type) << "closed without an answer";
     }
@@ -282,7 +289,7 @@ TEST(Handshake, AReplayedOrAlteredProofIsRefused) {
   Frame hello3 = read_frame(third);
   (void)hello3;
   std::vector<unsigned char> altered = auth.payload;
-  altered[66] ^= 1;  // the JOIN's first byte: its group name
+  altered[RUCCL_AUTH_HEAD_BYTES] ^= 1;  // the JOIN's first byte: its group name
   ASSERT_EQ(RUCCL_OK, ruccl_frame_send(first, auth.type, altered.data(), (uint32_t)altered.size(), in_ms(1000)));
   EXPECT_EQ(RUCCL_FRAME_AUTH_FAIL, read_frame(first).type);
   close(first);
@@ -320,6 +327,84 @@ TEST(Handshake, TheServerRevealsNoProofToAClientThatHasNotProvenItself) {
   close(fd);
 }
 
+// What an impostor server learns: it answers a real client with a HELLO made under
+// its own guess of the secret, takes the client's AUTH, and then, offline, tries
+// every candidate secret with everything it knows (its own scalar included) the way
+// a server checks a proof.  None of the candidates verifies, not even the true
+// secret: the exchange gave it one online guess (its own, wrong) and nothing to
+// test a dictionary against.  Had it guessed right, the same check passes.
+TEST(Handshake, AnImpostorServerCannotTestGuessesOffline) {
+  for (const char *impostor_guess : {"password", kSecret}) {
+    ruccl_auth_server_t impostor;
+    ASSERT_EQ(RUCCL_OK, ruccl_auth_hello(Key(impostor_guess).k, &impostor));
+    int sp[2];
+    ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
+    std::thread client([&] { ruccl_auth_client(sp[1], Key(kSecret).k, RUCCL_FRAME_JOIN, "join", 4, in_ms(3000)); });
+    ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], RUCCL_FRAME_HELLO, impostor.hello, sizeof impostor.hello, in_ms(1000)));
+    Frame auth = read_frame(sp[0]);
+    shutdown(sp[0], SHUT_RDWR);
+    client.join();
+    close(sp[0]);
+    close(sp[1]);
+    ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
+    ASSERT_EQ(RUCCL_AUTH_HEAD_BYTES + 4u, auth.payload.size());
+    int verified = 0;
+    for (const char *candidate : {"123456", "password", "letmein", kSecret, "orchestrator-test-secre"}) {
+      ruccl_auth_server_t state = impostor;  // its scalar, as an attacker keeps it
+      uint16_t type = 0;
+      const unsigned char *first = nullptr;
+      uint32_t len = 0;
+      unsigned char proof[RUCCL_AUTH_PROOF_BYTES];
+      ruccl_result_t rc = ruccl_auth_check(Key(candidate).k, &state, auth.payload.data(),
+                                           (uint32_t)auth.payload.size(), &type, &first, &len, proof);
+      if (rc == RUCCL_OK) {
+        verified++;
+        EXPECT_STREQ(kSecret, candidate);
+        EXPECT_EQ(RUCCL_FRAME_JOIN, type);
+        EXPECT_EQ(0, memcmp(first, "join", 4));
+      } else {
+        EXPECT_EQ(RUCCL_ERR_AUTH, rc) << candidate;
+      }
+    }
+    if (strcmp(impostor_guess, kSecret) == 0)
+      EXPECT_EQ(1, verified) << "a right online guess is a server that knows the secret";
+    else
+      EXPECT_EQ(0, verified) << "the true secret verified offline against a wrong guess's exchange";
+  }
+}
+
+// The key exchange itself: both sides with the key end with the same secret, fresh
+// for every exchange; a side with another key ends with another; a share that is
+// not a point of the curve is refused.
+TEST(Handshake, TheKeyExchangeAgreesOnlyWithTheKeyAndRefusesNonPoints) {
+  unsigned char a[RUCCL_PAKE_SECRET_BYTES], b[RUCCL_PAKE_SECRET_BYTES], last[RUCCL_PAKE_SECRET_BYTES] = {};
+  for (int round = 0; round < 2; round++) {
+    ruccl_pake_t c, s;
+    ASSERT_EQ(RUCCL_OK, ruccl_pake_start(Key(kSecret).k, RUCCL_PAKE_CLIENT, &c));
+    ASSERT_EQ(RUCCL_OK, ruccl_pake_start(Key(kSecret).k, RUCCL_PAKE_SERVER, &s));
+    EXPECT_NE(0, memcmp(c.share, s.share, RUCCL_PAKE_SHARE_BYTES));
+    ASSERT_EQ(RUCCL_OK, ruccl_pake_finish(Key(kSecret).k, &c, s.share, a));
+    ASSERT_EQ(RUCCL_OK, ruccl_pake_finish(Key(kSecret).k, &s, c.share, b));
+    EXPECT_EQ(0, memcmp(a, b, sizeof a)) << "round " << round;
+    EXPECT_NE(0, memcmp(a, last, sizeof a)) << "the same secret twice";
+    memcpy(last, a, sizeof a);
+    ASSERT_EQ(RUCCL_OK, ruccl_pake_finish(Key("other").k, &s, c.share, b));
+    EXPECT_NE(0, memcmp(a, b, sizeof a)) << "another key reached the same secret";
+
+    unsigned char bad[RUCCL_PAKE_SHARE_BYTES];
+    memcpy(bad, c.share, sizeof bad);
+    bad[RUCCL_PAKE_SHARE_BYTES - 1] ^= 1;  // y no longer fits x
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_pake_finish(Key(kSecret).k, &s, bad, b));
+    memset(bad, 0, sizeof bad);  // not an encoding of a point at all
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_pake_finish(Key(kSecret).k, &s, bad, b));
+    bad[0] = 4;  // (0, 0): uncompressed, off the curve
+    EXPECT_EQ(RUCCL_ERR_PROTOCOL, ruccl_pake_finish(Key(kSecret).k, &s, bad, b));
+    ruccl_pake_wipe(&c);
+    for (unsigned char byte : c.scalar) EXPECT_EQ(0, byte);
+    ruccl_pake_wipe(&s);
+  }
+}
+
 int threads_of_this_process() {
   int n = 0;
   DIR *d = opendir("/proc/self/task");
@@ -353,11 +438,12 @@ TEST(Orchestrator, ThousandIdleAndTwoHundredGarbageConnectionsLeaveASessionAlone
       const char junk[] = "GET / HTTP/1.1\r\n\r\n";
       ruccl_write_all(fd, junk, sizeof junk, in_ms(1000));
     } else if (i % 3 == 1) {
-      std::vector<unsigned char> auth(66 + 8, 0x5a);
+      std::vector<unsigned char> auth(RUCCL_AUTH_HEAD_BYTES + 8, 0x5a);
       ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth.data(), (uint32_t)auth.size(), in_ms(1000));
     } else {
-      ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_AUTH), 0, htonl(1000)};
-      ruccl_write_all(fd, &h, sizeof h, in_ms(1000));
+      unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+      ruccl_frame_header_encode(RUCCL_FRAME_AUTH, 1000, h);
+      ruccl_write_all(fd, h, sizeof h, in_ms(1000));
     }
   }
   for (int fd : fds) ASSERT_GE(fd, 0);

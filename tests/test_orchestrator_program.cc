@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "net/bootstrap.h"
+#include "net/wire.h"
 #include "ruccl.h"
 #include "transport.h"
 }
@@ -74,8 +75,9 @@ ruccl_result_t join_once(const std::string &addr, const char *secret) {
   j.num_local = 1;
   int fd = -1;
   ruccl_table_t t{};
-  ruccl_result_t rc = ruccl_bootstrap_join(addr.c_str(), secret, strlen(secret), &j,
-                                           ruccl_now_ns() + 3000000000LL, &fd, &t);
+  unsigned char key[RUCCL_AUTH_KEY_BYTES];
+  EXPECT_EQ(RUCCL_OK, ruccl_auth_key(secret, strlen(secret), key));
+  ruccl_result_t rc = ruccl_bootstrap_join(addr.c_str(), key, &j, ruccl_now_ns() + 3000000000LL, &fd, &t);
   if (rc == RUCCL_OK) {
     EXPECT_EQ(1u, t.num_nodes);
     ruccl_table_free(&t);

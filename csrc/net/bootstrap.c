@@ -25,23 +25,20 @@ static int by_min_id(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, size_t secret_len,
+ruccl_result_t ruccl_bootstrap_join(const char *host_port, const unsigned char key[RUCCL_AUTH_KEY_BYTES],
                                     const ruccl_join_t *me, int64_t deadline_ns, int *fd_out, ruccl_table_t *table) {
   char host[RUCCL_MAX_ADDRESS];
   int port, fd = -1;
-  /* The key and the JOIN first: once connected the handshake only answers (the
-     orchestrator gives a pending handshake a few seconds).  The JOIN travels inside the
+  /* The JOIN first: once connected the handshake only answers (the orchestrator
+     gives a pending handshake a few seconds).  The JOIN travels inside the
      handshake: the orchestrator reads it once we proved the secret. */
-  unsigned char key[RUCCL_AUTH_KEY_BYTES];
   size_t len = 0;
   unsigned char *wire = NULL;
   ruccl_result_t rc = ruccl_split_host_port(host_port, host, sizeof host, &port);
-  if (rc == RUCCL_OK) rc = ruccl_auth_key(secret, secret_len, key);
   if (rc == RUCCL_OK && !(wire = ruccl_join_encode(me, &len))) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
   if (rc == RUCCL_OK) rc = ruccl_tcp_connect(host, port, deadline_ns, &fd);
   if (rc == RUCCL_ERR_TIMEOUT) rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "the orchestrator at %s is unreachable", host_port);
   if (rc == RUCCL_OK) rc = ruccl_auth_client(fd, key, RUCCL_FRAME_JOIN, wire, (uint32_t)len, deadline_ns);
-  OPENSSL_cleanse(key, sizeof key);
   free(wire);
   if (rc != RUCCL_OK && fd < 0) return rc;
   if (rc == RUCCL_OK)
@@ -61,13 +58,11 @@ ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, s
                       table->num_nodes);
     else if (rc == RUCCL_ERR_TIMEOUT)
       rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "not every node of group '%s' joined before the timeout", me->group);
-    if (rc == RUCCL_OK && type == RUCCL_FRAME_ERROR && n == sizeof(ruccl_error_wire_t) && !table->nodes) {
-      ruccl_error_wire_t e;
-      memcpy(&e, buf, sizeof e);
-      e.message[sizeof e.message - 1] = 0;
-      uint32_t code = ntohl(e.code);
-      if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PROTOCOL;
-      rc = ruccl_fail((ruccl_result_t)code, "orchestrator: %s", e.message);
+    if (rc == RUCCL_OK && type == RUCCL_FRAME_ERROR && !table->nodes) {
+      ruccl_result_t code;
+      char message[RUCCL_ERROR_MESSAGE_MAX + 1];
+      rc = ruccl_error_decode(buf, n, &code, message);
+      if (rc == RUCCL_OK) rc = ruccl_fail(code, "orchestrator: %s", message);
     } else if (rc == RUCCL_OK && type == RUCCL_FRAME_NODE_LOST && n == RUCCL_NODE_LOST_BYTES) {
       /* a node that had its table went before this one had all of its own */
       uint32_t id = ruccl_node_lost_decode(buf);
@@ -97,15 +92,11 @@ void ruccl_table_sort(ruccl_table_t *table) {
   qsort(table->nodes, table->num_nodes, sizeof *table->nodes, by_min_id);
 }
 
-static ruccl_result_t orchestrator_join(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me,
+static ruccl_result_t orchestrator_join(void *ctx, const ruccl_config_t *cfg,
+                                        const unsigned char key[RUCCL_AUTH_KEY_BYTES], const ruccl_join_t *me,
                                         int64_t deadline_ns, int *handle, ruccl_table_t *table) {
   (void)ctx;
-  unsigned char secret[RUCCL_MAX_SECRET];
-  size_t len = 0;
-  ruccl_result_t rc = ruccl_config_session_secret(cfg, secret, &len);
-  if (rc == RUCCL_OK) rc = ruccl_bootstrap_join(cfg->global_address, secret, len, me, deadline_ns, handle, table);
-  OPENSSL_cleanse(secret, sizeof secret);
-  return rc;
+  return ruccl_bootstrap_join(cfg->global_address, key, me, deadline_ns, handle, table);
 }
 
 static void orchestrator_leave(void *ctx, int handle) {

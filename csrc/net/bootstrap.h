@@ -3,14 +3,16 @@
 #define RUCCL_BOOTSTRAP_H
 
 #include "bootstrap_wire.h"
+#include "wire.h"
 
-/* Connects to the orchestrator at host_port, authenticates, sends `me`, and waits
+/* Connects to the orchestrator at host_port, authenticates with the session's key
+   (ruccl_auth_key, stretched once per session), sends `me`, and waits
    until every node of the group has joined: then *table lists them all, sorted by
    their smallest peer id, and *fd stays open for the session (close it, or send
    LEAVE, to leave).  Errors: RUCCL_ERR_TIMEOUT (unreachable, or the others never
    came), RUCCL_ERR_AUTH, and the orchestrator's verdict (CONFIG_MISMATCH,
    DUPLICATE_REGISTRATION). */
-ruccl_result_t ruccl_bootstrap_join(const char *host_port, const void *secret, size_t secret_len,
+ruccl_result_t ruccl_bootstrap_join(const char *host_port, const unsigned char key[RUCCL_AUTH_KEY_BYTES],
                                     const ruccl_join_t *me, int64_t deadline_ns, int *fd, ruccl_table_t *table);
 void ruccl_bootstrap_leave(int fd);
 
@@ -18,11 +20,12 @@ void ruccl_bootstrap_leave(int fd);
    PyTorch backend puts torch's own key-value store behind the same two calls
    (every node publishes its JOIN under the group's key and reads the others'), so
    that no extra server is needed there.  join fills the table sorted as above;
-   handle is whatever leave needs (the orchestrator's socket). */
+   handle is whatever leave needs (the orchestrator's socket); key is the session's
+   handshake key (wire.h), for a rendezvous that authenticates. */
 typedef struct {
   const char *name;
-  ruccl_result_t (*join)(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me, int64_t deadline_ns,
-                         int *handle, ruccl_table_t *table);
+  ruccl_result_t (*join)(void *ctx, const ruccl_config_t *cfg, const unsigned char key[RUCCL_AUTH_KEY_BYTES],
+                         const ruccl_join_t *me, int64_t deadline_ns, int *handle, ruccl_table_t *table);
   void (*leave)(void *ctx, int handle);
   void *ctx;
 } ruccl_bootstrap_t;

@@ -41,9 +41,9 @@ static ruccl_result_t check_table(const ruccl_join_t *me, const ruccl_table_t *t
   return RUCCL_OK;
 }
 
-static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const ruccl_join_t *me, int64_t deadline_ns,
-                                 int *handle, ruccl_table_t *table) {
-  (void)ctx;
+static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const unsigned char auth_key[RUCCL_AUTH_KEY_BYTES],
+                                 const ruccl_join_t *me, int64_t deadline_ns, int *handle, ruccl_table_t *table) {
+  (void)ctx, (void)auth_key; /* the store is trusted as torch's is: the links authenticate */
   const ruccl_store_t *st = &cfg->store;
   uint32_t n = me->num_nodes;
   char key[RUCCL_MAX_GROUP_NAME + 64];

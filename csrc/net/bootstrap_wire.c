@@ -1,11 +1,11 @@
 /* bootstrap_wire.c — encoding and validating the orchestrator's messages. */
 #include "bootstrap_wire.h"
 
-#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../error.h"
+#include "../le.h"
 
 typedef struct {
   unsigned char *p;
@@ -29,8 +29,9 @@ static void put(writer_t *w, const void *src, size_t n) {
 }
 
 static void put_u32(writer_t *w, uint32_t v) {
-  v = htonl(v);
-  put(w, &v, 4);
+  unsigned char b[4];
+  ruccl_put_le32(b, v);
+  put(w, b, 4);
 }
 
 static void get(reader_t *r, void *dst, size_t n) {
@@ -44,9 +45,9 @@ static void get(reader_t *r, void *dst, size_t n) {
 }
 
 static uint32_t get_u32(reader_t *r) {
-  uint32_t v;
-  get(r, &v, 4);
-  return ntohl(v);
+  unsigned char b[4];
+  get(r, b, 4);
+  return ruccl_get_le32(b);
 }
 
 static size_t join_size(const ruccl_join_t *j) {
@@ -147,4 +148,24 @@ void ruccl_table_free(ruccl_table_t *t) {
   free(t->nodes);
   t->nodes = NULL;
   t->num_nodes = 0;
+}
+
+size_t ruccl_error_encode(ruccl_result_t code, const char *message, unsigned char out[4 + RUCCL_ERROR_MESSAGE_MAX]) {
+  size_t n = message ? strnlen(message, RUCCL_ERROR_MESSAGE_MAX) : 0;
+  ruccl_put_le32(out, (uint32_t)code);
+  if (n) memcpy(out + 4, message, n);
+  return 4 + n;
+}
+
+ruccl_result_t ruccl_error_decode(const unsigned char *buf, size_t len, ruccl_result_t *code,
+                                  char message[RUCCL_ERROR_MESSAGE_MAX + 1]) {
+  if (len < 4 || len > 4 + RUCCL_ERROR_MESSAGE_MAX)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "an ERROR frame of %zu bytes", len);
+  uint32_t c = ruccl_get_le32(buf);
+  *code = c == RUCCL_OK || c >= RUCCL_NUM_RESULTS ? RUCCL_ERR_PROTOCOL : (ruccl_result_t)c;
+  memcpy(message, buf + 4, len - 4);
+  message[len - 4] = 0;
+  for (size_t i = 0; i < len - 4; i++) /* printed as text: nothing that is not printable */
+    if ((unsigned char)message[i] < 0x20 || (unsigned char)message[i] > 0x7e) message[i] = '?';
+  return RUCCL_OK;
 }

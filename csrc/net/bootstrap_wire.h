@@ -1,5 +1,5 @@
 /* bootstrap_wire.h — the orchestrator's messages (JOIN, TABLE, ERROR) and their
-   encoding: fixed-width fields in network byte order, every length checked. */
+   encoding: fixed-width little-endian fields (le.h), every length checked. */
 #ifndef RUCCL_BOOTSTRAP_WIRE_H
 #define RUCCL_BOOTSTRAP_WIRE_H
 
@@ -30,10 +30,13 @@ typedef struct {
   ruccl_join_t *nodes; /* num_nodes, heap */
 } ruccl_table_t;
 
-typedef struct {
-  uint32_t code;
-  char message[256];
-} ruccl_error_wire_t;
+/* An ERROR frame: the code (u32) and the message's bytes (at most
+   RUCCL_ERROR_MESSAGE_MAX, no terminator).  The decoder takes only a code that is an
+   error (else RUCCL_ERR_PROTOCOL stands in for it) and terminates the message. */
+#define RUCCL_ERROR_MESSAGE_MAX 255
+size_t ruccl_error_encode(ruccl_result_t code, const char *message, unsigned char out[4 + RUCCL_ERROR_MESSAGE_MAX]);
+ruccl_result_t ruccl_error_decode(const unsigned char *buf, size_t len, ruccl_result_t *code,
+                                  char message[RUCCL_ERROR_MESSAGE_MAX + 1]);
 
 /* Encodings are heap buffers (free them); decoders validate every field. */
 unsigned char *ruccl_join_encode(const ruccl_join_t *j, size_t *len);

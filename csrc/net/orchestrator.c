@@ -120,11 +120,9 @@ static void leave_session(ruccl_orchestrator_t *o, conn_t *c) {
 }
 
 static void send_error_frame(int fd, ruccl_result_t code, const char *msg) {
-  ruccl_error_wire_t e;
-  memset(&e, 0, sizeof e);
-  e.code = htonl((uint32_t)code);
-  snprintf(e.message, sizeof e.message, "%s", msg);
-  ruccl_frame_send(fd, RUCCL_FRAME_ERROR, &e, sizeof e, ruccl_now_ns() + 1000000000);
+  unsigned char e[4 + RUCCL_ERROR_MESSAGE_MAX];
+  size_t n = ruccl_error_encode(code, msg, e);
+  ruccl_frame_send(fd, RUCCL_FRAME_ERROR, e, (uint32_t)n, ruccl_now_ns() + 1000000000);
 }
 
 /* Fails every pending node of s and forgets the session. */
@@ -365,8 +363,8 @@ static void *serve(void *arg) {
 typedef struct {
   int fd;
   int64_t deadline;
-  unsigned char hello[RUCCL_AUTH_HELLO_BYTES];
-  ruccl_frame_header_t h;
+  ruccl_auth_server_t auth; /* the key exchange's state: its HELLO, this side's secret scalar */
+  unsigned char h[RUCCL_FRAME_HEADER_BYTES];
   size_t h_have;
   unsigned char *buf; /* the AUTH payload, once its header said how long */
   uint32_t need, have;
@@ -418,7 +416,7 @@ static void start_conn(ruccl_orchestrator_t *o, int fd, const ruccl_join_t *join
 static void drop_pending(pending_t *p) {
   close(p->fd);
   free(p->buf);
-  memset(p, 0, sizeof *p);
+  OPENSSL_cleanse(p, sizeof *p);
   p->fd = -1;
 }
 
@@ -426,15 +424,16 @@ static void drop_pending(pending_t *p) {
    thread of its own, or the connection was dropped), 0 while it waits for more. */
 static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
   while (p->h_have < sizeof p->h) {
-    ssize_t r = recv(p->fd, (char *)&p->h + p->h_have, sizeof p->h - p->h_have, MSG_DONTWAIT);
+    ssize_t r = recv(p->fd, p->h + p->h_have, sizeof p->h - p->h_have, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
     if (r <= 0) return drop_pending(p), 1;
     p->h_have += (size_t)r;
   }
   if (!p->buf) {
-    uint32_t n = ntohl(p->h.length);
-    if (ntohl(p->h.magic) != RUCCL_WIRE_MAGIC || ntohs(p->h.type) != RUCCL_FRAME_AUTH || n < RUCCL_AUTH_HEAD_BYTES ||
-        n > RUCCL_WIRE_MAX_CONTROL || !(p->buf = malloc(n)))
+    uint16_t type = 0;
+    uint32_t n = 0;
+    if (ruccl_frame_header_decode(p->h, &type, &n) != RUCCL_OK || type != RUCCL_FRAME_AUTH ||
+        n < RUCCL_AUTH_HEAD_BYTES || n > RUCCL_WIRE_MAX_CONTROL || !(p->buf = malloc(n)))
       return drop_pending(p), 1; /* not a handshake of ours: nothing is answered */
     p->need = n;
   }
@@ -448,7 +447,7 @@ static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
   const unsigned char *first = NULL;
   uint32_t len = 0;
   unsigned char proof[RUCCL_AUTH_PROOF_BYTES];
-  ruccl_result_t rc = ruccl_auth_check(o->key, p->hello, p->buf, p->need, &type, &first, &len, proof);
+  ruccl_result_t rc = ruccl_auth_check(o->key, &p->auth, p->buf, p->need, &type, &first, &len, proof);
   int64_t soon = ruccl_now_ns() + 1000000000;
   if (rc == RUCCL_ERR_AUTH) {
     ruccl_log(1, "orchestrator: refused a connection that does not know the session secret");
@@ -464,24 +463,23 @@ static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
   if (rc != RUCCL_OK) return drop_pending(p), 1;
   start_conn(o, p->fd, &join);
   free(p->buf);
-  memset(p, 0, sizeof *p);
+  OPENSSL_cleanse(p, sizeof *p);
   p->fd = -1;
   return 1;
 }
 
 /* A new connection: its HELLO goes at once (a fresh socket has room for it). */
-static int pending_start(pending_t *p, int fd) {
+static int pending_start(ruccl_orchestrator_t *o, pending_t *p, int fd) {
   memset(p, 0, sizeof *p);
   p->fd = fd;
   p->deadline = ruccl_now_ns() + PENDING_HANDSHAKE_NS;
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(RUCCL_FRAME_HELLO), 0, htonl(RUCCL_AUTH_HELLO_BYTES)};
-  unsigned char frame[sizeof h + RUCCL_AUTH_HELLO_BYTES];
-  if (ruccl_auth_hello(p->hello) != RUCCL_OK) return drop_pending(p), 0;
-  memcpy(frame, &h, sizeof h);
-  memcpy(frame + sizeof h, p->hello, sizeof p->hello);
+  unsigned char frame[RUCCL_FRAME_HEADER_BYTES + RUCCL_AUTH_HELLO_BYTES];
+  if (ruccl_auth_hello(o->key, &p->auth) != RUCCL_OK) return drop_pending(p), 0;
+  ruccl_frame_header_encode(RUCCL_FRAME_HELLO, RUCCL_AUTH_HELLO_BYTES, frame);
+  memcpy(frame + RUCCL_FRAME_HEADER_BYTES, p->auth.hello, RUCCL_AUTH_HELLO_BYTES);
   if (send(fd, frame, sizeof frame, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof frame) return drop_pending(p), 0;
   return 1;
 }
@@ -530,7 +528,7 @@ static void *front_loop(void *arg) {
         drop_pending(&pend[oldest]);
         pend[oldest] = pend[--np];
       }
-      if (pending_start(&pend[np], fd)) np++;
+      if (pending_start(o, &pend[np], fd)) np++;
     }
   }
   for (unsigned i = 0; pend && i < np; i++) drop_pending(&pend[i]);

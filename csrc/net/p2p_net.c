@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../error.h"
+#include "../le.h"
 #include "../testing.h"
 #include "wire.h"
 
@@ -78,24 +79,13 @@ struct ruccl_p2p_net {
 
 /* ---- encoding ------------------------------------------------------------------- */
 
-static void put_u32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get_u64(const unsigned char *p) { return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32; }
-
 static void encode_frame(unsigned char f[RUCCL_P2P_FRAME_BYTES], uint32_t kind, uint32_t src, uint32_t dst,
                          int32_t tag, uint64_t len) {
-  put_u32(f, kind);
-  put_u32(f + 4, src);
-  put_u32(f + 8, dst);
-  put_u32(f + 12, (uint32_t)tag);
-  put_u64(f + 16, len);
+  ruccl_put_le32(f, kind);
+  ruccl_put_le32(f + 4, src);
+  ruccl_put_le32(f + 8, dst);
+  ruccl_put_le32(f + 12, (uint32_t)tag);
+  ruccl_put_le64(f + 16, len);
 }
 
 /* ---- set-up --------------------------------------------------------------------- */
@@ -173,9 +163,9 @@ static void stream_over(ruccl_p2p_net_t *p, unsigned k, ruccl_result_t code, con
 /* A whole header: checked, then where its bytes go.  RUCCL_OK or why the stream is
    unusable. */
 static ruccl_result_t header_in(ruccl_p2p_net_t *p, unsigned k, in_conn_t *in, char *why, size_t cap) {
-  uint32_t kind = get_u32(in->hdr), src = get_u32(in->hdr + 4), dst = get_u32(in->hdr + 8);
-  int32_t tag = (int32_t)get_u32(in->hdr + 12);
-  uint64_t len = get_u64(in->hdr + 16);
+  uint32_t kind = ruccl_get_le32(in->hdr), src = ruccl_get_le32(in->hdr + 4), dst = ruccl_get_le32(in->hdr + 8);
+  int32_t tag = (int32_t)ruccl_get_le32(in->hdr + 12);
+  uint64_t len = ruccl_get_le64(in->hdr + 16);
   in->hdr_done = 0;
   if (kind == FRAME_END && !in->ended) {
     in->ended = 1;
@@ -313,14 +303,14 @@ int ruccl_p2p_net_adopt(ruccl_net_t *net, int fd, unsigned from, const void *hel
   char group[RUCCL_MAX_GROUP_NAME];
   memcpy(group, hello, sizeof group);
   group[sizeof group - 1] = 0;
-  uint32_t k = get_u32((const unsigned char *)hello + RUCCL_MAX_GROUP_NAME);
+  uint32_t k = ruccl_get_le32((const unsigned char *)hello + RUCCL_MAX_GROUP_NAME);
   if (k != from || strcmp(group, net->group) != 0 || k >= p->num_nodes || k == p->me) return 0;
   pthread_mutex_lock(&p->in_mu);
   int taken = p->in[k].fd < 0 && !atomic_load(&p->stop);
   if (taken) {
     uint32_t ok = 1;
     unsigned char wire[4];
-    put_u32(wire, ok);
+    ruccl_put_le32(wire, ok);
     taken = ruccl_frame_send(fd, RUCCL_FRAME_P2P_ACK, wire, sizeof wire, deadline_ns) == RUCCL_OK;
   }
   if (taken) {
@@ -349,14 +339,14 @@ static ruccl_result_t open_out(ruccl_net_t *net, unsigned k, int64_t deadline_ns
   int fd = -1;
   unsigned char hello[HELLO_BYTES] = {0};
   snprintf((char *)hello, RUCCL_MAX_GROUP_NAME, "%s", net->group);
-  put_u32(hello + RUCCL_MAX_GROUP_NAME, p->me);
+  ruccl_put_le32(hello + RUCCL_MAX_GROUP_NAME, p->me);
   ruccl_result_t rc = ruccl_net_dial(net, k, RUCCL_FRAME_P2P, hello, sizeof hello, deadline_ns, &fd);
   if (rc == RUCCL_OK) {
     unsigned char ack[4];
     uint16_t type = 0;
     uint32_t len = 0;
     rc = ruccl_frame_recv(fd, &type, ack, sizeof ack, &len, deadline_ns);
-    if (rc == RUCCL_OK && (type != RUCCL_FRAME_P2P_ACK || len != sizeof ack || get_u32(ack) != 1))
+    if (rc == RUCCL_OK && (type != RUCCL_FRAME_P2P_ACK || len != sizeof ack || ruccl_get_le32(ack) != 1))
       rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u refused a point-to-point stream", k);
   }
   if (rc != RUCCL_OK) {

@@ -158,7 +158,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     ruccl_host_id(me->host);
     me->num_local = g->n;
     for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
-    rc = bootstrap->join(bootstrap->ctx, cfg, me, deadline, &net->orchestrator_fd, &table);
+    rc = bootstrap->join(bootstrap->ctx, cfg, net->key, me, deadline, &net->orchestrator_fd, &table);
     if (bootstrap == &ruccl_orchestrator_bootstrap) net->orchestrator_news = net->orchestrator_fd;
     if (rc == RUCCL_OK && ruccl_testing_die_after_table()) _exit(7); /* a crash right after the table */
   }

@@ -26,6 +26,7 @@
 
 #include "../dtype.h"
 #include "../error.h"
+#include "../le.h"
 #include "../testing.h"
 #include "p2p_net.h"
 #include "wire.h"
@@ -48,10 +49,23 @@ enum { MSG_DATA = 1, MSG_ABORT = 2, MSG_P2P = 3 }; /* MSG_P2P: a point-to-point 
    band, or, finding a message half sent, sends it on the control connection. */
 enum { TX_IDLE = 0, TX_MESSAGE = 1, TX_CLOSED = 2 };
 
+/* A message's header on a data socket or ring: kind u32, code u32 (an ABORT's),
+   payload length u64, little-endian (le.h). */
+#define MSG_HEADER_BYTES 16
 typedef struct {
-  uint32_t kind, code;
-  uint32_t len_hi, len_lo;
+  unsigned char b[MSG_HEADER_BYTES];
 } msg_header_t;
+
+static msg_header_t msg_header(uint32_t kind, uint32_t code, uint64_t len) {
+  msg_header_t h;
+  ruccl_put_le32(h.b, kind);
+  ruccl_put_le32(h.b + 4, code);
+  ruccl_put_le64(h.b + 8, len);
+  return h;
+}
+static uint32_t msg_kind(const msg_header_t *h) { return ruccl_get_le32(h->b); }
+static uint32_t msg_code(const msg_header_t *h) { return ruccl_get_le32(h->b + 4); }
+static uint64_t msg_len(const msg_header_t *h) { return ruccl_get_le64(h->b + 8); }
 
 /* A link's hello (after the context the handshake authenticates: group, session,
    both node indices) is the dialling node's host id, RUCCL_HOST_ID_BYTES bytes: a
@@ -66,8 +80,8 @@ typedef struct {
 
 /* Whether the whole header went (else the socket had no room for all of it). */
 static int send_header_now(int fd, uint32_t kind, uint32_t code) {
-  msg_header_t h = {htonl(kind), htonl(code), 0, 0};
-  return send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof h;
+  msg_header_t h = msg_header(kind, code, 0);
+  return send(fd, h.b, sizeof h.b, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof h.b;
 }
 
 /* ---- links ------------------------------------------------------------------------- */
@@ -135,11 +149,12 @@ static ruccl_result_t offer_shm(ruccl_net_t *net, int fd, unsigned node, const c
     if (offer.name[0]) ruccl_shm_unlink(offer.name), drop_link(net, link);
     return rc;
   }
-  uint32_t ok = 0, len = 0;
+  unsigned char ok[4];
+  uint32_t len = 0;
   uint16_t type = 0;
-  rc = ruccl_frame_recv(fd, &type, &ok, sizeof ok, &len, deadline_ns);
+  rc = ruccl_frame_recv(fd, &type, ok, sizeof ok, &len, deadline_ns);
   ruccl_shm_unlink(offer.name); /* both ends have it mapped (or never will) */
-  if (rc == RUCCL_OK && type == RUCCL_FRAME_SHM_ACK && len == sizeof ok && ntohl(ok) == 1)
+  if (rc == RUCCL_OK && type == RUCCL_FRAME_SHM_ACK && len == sizeof ok && ruccl_get_le32(ok) == 1)
     ruccl_log(2, "node %u: shared memory with node %u", net->me, node);
   else
     drop_link(net, link);
@@ -162,8 +177,9 @@ static ruccl_result_t accept_shm(ruccl_net_t *net, int fd, unsigned node, ruccl_
     ok = 0;
     give_shm_share(net);
   }
-  uint32_t wire = htonl(ok);
-  rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM_ACK, &wire, sizeof wire, deadline_ns);
+  unsigned char wire[4];
+  ruccl_put_le32(wire, ok);
+  rc = ruccl_frame_send(fd, RUCCL_FRAME_SHM_ACK, wire, sizeof wire, deadline_ns);
   if (rc != RUCCL_OK) drop_link(net, link);
   return rc;
 }
@@ -181,24 +197,17 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
 }
 
 /* A link's context, ahead of the first frame in the handshake: the group (zero
-   padded), the session id, the dialling node and the dialled one (big-endian). */
+   padded), the session id, the dialling node and the dialled one (u32 little-endian). */
 #define LINK_CONTEXT_BYTES (RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 8)
 #define LINK_FIRST_MAX 256 /* the largest first frame after the context */
 #define LINK_CONNECT_NS (10LL * 1000000000)
-
-static void put_be32(unsigned char *p, uint32_t v) {
-  p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8), p[3] = (unsigned char)v;
-}
-static uint32_t get_be32(const unsigned char *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 static void link_context(const ruccl_net_t *net, unsigned from, unsigned to, unsigned char out[LINK_CONTEXT_BYTES]) {
   memset(out, 0, RUCCL_MAX_GROUP_NAME);
   memcpy(out, net->group, strnlen(net->group, RUCCL_MAX_GROUP_NAME - 1));
   memcpy(out + RUCCL_MAX_GROUP_NAME, net->session, RUCCL_SESSION_ID_BYTES);
-  put_be32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES, from);
-  put_be32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 4, to);
+  ruccl_put_le32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES, from);
+  ruccl_put_le32(out + RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 4, to);
 }
 
 ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const void *hello, size_t len,
@@ -268,7 +277,7 @@ static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *
   uint32_t n = 0;
   if (ruccl_auth_server(fd, net->key, type, got, sizeof got, &n, deadline_ns) != RUCCL_OK) return 0;
   unsigned char want[LINK_CONTEXT_BYTES];
-  uint32_t k = n >= LINK_CONTEXT_BYTES ? get_be32(got + LINK_CONTEXT_BYTES - 8) : 0;
+  uint32_t k = n >= LINK_CONTEXT_BYTES ? ruccl_get_le32(got + LINK_CONTEXT_BYTES - 8) : 0;
   link_context(net, k, net->me, want);
   if (n < LINK_CONTEXT_BYTES || memcmp(got, want, LINK_CONTEXT_BYTES) != 0 || k >= net->num_nodes || k == net->me) {
     ruccl_fail(RUCCL_ERR_PROTOCOL, "a node proved the secret for another group, session or node");
@@ -459,11 +468,11 @@ static void session_id(ruccl_net_t *net) {
   unsigned char u[4];
   int ok = c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) == 1 &&
            EVP_DigestUpdate(c, net->group, strnlen(net->group, sizeof net->group)) == 1;
-  put_be32(u, net->num_nodes);
+  ruccl_put_le32(u, net->num_nodes);
   ok = ok && EVP_DigestUpdate(c, u, 4) == 1;
   for (unsigned i = 0; ok && i < net->num_nodes; i++) {
     const ruccl_node_addr_t *a = &net->nodes[i];
-    put_be32(u, a->port);
+    ruccl_put_le32(u, a->port);
     ok = EVP_DigestUpdate(c, a->address, strnlen(a->address, sizeof a->address) + 1) == 1 &&
          EVP_DigestUpdate(c, u, 4) == 1 && EVP_DigestUpdate(c, a->host, strnlen(a->host, sizeof a->host) + 1) == 1;
   }
@@ -596,9 +605,9 @@ static void finish_links(ruccl_net_t *net) {
     if (fds[i] < 0) continue;
     /* Written whole, by hand rather than with ruccl_write_all: a peer that finished
        first has closed its end, which is no failure to record or log. */
-    msg_header_t h = {htonl(MSG_ABORT), htonl(RUCCL_ERR_PEER_FINISHED), 0, 0};
-    const char *p = (const char *)&h;
-    size_t left = sizeof h;
+    msg_header_t h = msg_header(MSG_ABORT, RUCCL_ERR_PEER_FINISHED, 0);
+    const char *p = (const char *)h.b;
+    size_t left = sizeof h.b;
     while (left && ruccl_now_ns() < deadline) {
       ssize_t w = send(fds[i], p, left, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) {
@@ -687,8 +696,8 @@ static ruccl_result_t lost(const ruccl_net_t *net, int fd, int node, const char 
   }
   if (mine != RUCCL_OK) return mine;
   msg_header_t h;
-  if (recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT) {
-    uint32_t code = ntohl(h.code);
+  if (recv(fd, h.b, sizeof h.b, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h.b && msg_kind(&h) == MSG_ABORT) {
+    uint32_t code = msg_code(&h);
     if (code != RUCCL_OK && code < RUCCL_NUM_RESULTS)
       return ruccl_fail((ruccl_result_t)code, "node %d stopped the session (%s)", node,
                         ruccl_error_string((ruccl_result_t)code));
@@ -711,7 +720,7 @@ static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
     const char *p;
     size_t n;
     if (o->hdr_done < sizeof o->hdr) {
-      p = (const char *)&o->hdr + o->hdr_done;
+      p = (const char *)o->hdr.b + o->hdr_done;
       n = sizeof o->hdr - o->hdr_done;
     } else {
       p = o->buf + o->done;
@@ -736,17 +745,17 @@ static ruccl_result_t pump_out(ruccl_net_t *net, out_state_t *o) {
 }
 
 static ruccl_result_t header_arrived(ruccl_net_t *net, in_state_t *in) {
-  uint32_t kind = ntohl(in->hdr.kind);
+  uint32_t kind = msg_kind(&in->hdr);
   if (kind == MSG_ABORT) {
     /* This node's own reset or stop, if any, came first: the other's notice answers it */
     ruccl_result_t mine = ruccl_net_session_state(net);
     if (mine != RUCCL_OK) return mine;
-    uint32_t code = ntohl(in->hdr.code);
+    uint32_t code = msg_code(&in->hdr);
     if (code == RUCCL_OK || code >= RUCCL_NUM_RESULTS) code = RUCCL_ERR_PEER_LOST;
     return ruccl_fail((ruccl_result_t)code, "node %d stopped the session (%s)", in->node,
                       ruccl_error_string((ruccl_result_t)code));
   }
-  uint64_t len = ((uint64_t)ntohl(in->hdr.len_hi) << 32) | ntohl(in->hdr.len_lo);
+  uint64_t len = msg_len(&in->hdr);
   if (kind != (in->x->p2p ? MSG_P2P : MSG_DATA) || len != in->len)
     return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u expected %zu bytes from node %d, got a message of kind %u, %llu bytes",
                       net->me, in->len, in->node, kind, (unsigned long long)len);
@@ -771,7 +780,7 @@ static ruccl_result_t pump_in(ruccl_net_t *net, in_state_t *in) {
     char *p;
     size_t n;
     if (in->hdr_done < sizeof in->hdr) {
-      p = (char *)&in->hdr + in->hdr_done;
+      p = (char *)in->hdr.b + in->hdr_done;
       n = sizeof in->hdr - in->hdr_done;
     } else if (in->done < in->len) {
       if (x->reduce_local && in->shm && in->pend == 0) {
@@ -848,8 +857,8 @@ ruccl_result_t ruccl_net_session_state(const ruccl_net_t *net) {
    connection: the node is gone). */
 static int says_finished(int fd) {
   msg_header_t h;
-  return recv(fd, &h, sizeof h, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h && ntohl(h.kind) == MSG_ABORT &&
-         ntohl(h.code) == RUCCL_ERR_PEER_FINISHED;
+  return recv(fd, h.b, sizeof h.b, MSG_DONTWAIT | MSG_PEEK) == (ssize_t)sizeof h.b && msg_kind(&h) == MSG_ABORT &&
+         msg_code(&h) == RUCCL_ERR_PEER_FINISHED;
 }
 
 /* A shared-memory link's socket carries no data: readable means an ABORT or a
@@ -948,8 +957,7 @@ static ruccl_result_t net_xfer(void *endpoint, const ruccl_xfer_t *x, int64_t de
     o.node = x->send_peer;
     o.buf = x->send_buf;
     o.len = x->send_bytes;
-    uint64_t len = x->send_bytes;
-    o.hdr = (msg_header_t){htonl(x->p2p ? MSG_P2P : MSG_DATA), 0, htonl((uint32_t)(len >> 32)), htonl((uint32_t)len)};
+    o.hdr = msg_header(x->p2p ? MSG_P2P : MSG_DATA, 0, x->send_bytes);
     rc = find_link(net, (unsigned)o.node, deadline_ns, &o.fd, &o.awaiting, &o.shm);
   }
   atomic_int *tx = NULL; /* held while the message is partly sent */

@@ -1,5 +1,6 @@
-/* wire.c — TCP with deadlines, bounded frames, and HMAC-SHA256 challenge-response
-   (OpenSSL's libcrypto: no hand-written crypto). */
+/* wire.c — TCP with deadlines, bounded frames, and the handshake: a SPAKE2 key
+   exchange (pake.c) and HMAC-SHA256 proofs (OpenSSL's libcrypto: no hand-written
+   crypto). */
 #include "wire.h"
 
 #include <arpa/inet.h>
@@ -21,9 +22,9 @@
 #include <unistd.h>
 
 #include "../error.h"
+#include "../le.h"
 #include "../transport.h"
 
-#define NONCE_BYTES 32
 #define PROOF_BYTES 32
 
 ruccl_result_t ruccl_split_host_port(const char *hp, char *host, size_t cap, int *port) {
@@ -224,30 +225,48 @@ ruccl_result_t ruccl_read_all(int fd, void *buf, size_t len, int64_t deadline_ns
   return RUCCL_OK;
 }
 
+void ruccl_frame_header_encode(uint16_t type, uint32_t length, unsigned char out[RUCCL_FRAME_HEADER_BYTES]) {
+  ruccl_put_le32(out, RUCCL_WIRE_MAGIC);
+  ruccl_put_le16(out + 4, type);
+  ruccl_put_le16(out + 6, 0);
+  ruccl_put_le32(out + 8, length);
+}
+
+ruccl_result_t ruccl_frame_header_decode(const unsigned char in[RUCCL_FRAME_HEADER_BYTES], uint16_t *type,
+                                         uint32_t *length) {
+  if (ruccl_get_le32(in) != RUCCL_WIRE_MAGIC || ruccl_get_le16(in + 6) != 0)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "frame with a bad magic number or unknown flags");
+  *type = ruccl_get_le16(in + 4);
+  *length = ruccl_get_le32(in + 8);
+  return RUCCL_OK;
+}
+
 ruccl_result_t ruccl_frame_send(int fd, uint16_t type, const void *payload, uint32_t len, int64_t deadline_ns) {
-  ruccl_frame_header_t h = {.magic = htonl(RUCCL_WIRE_MAGIC), .type = htons(type), .flags = 0, .length = htonl(len)};
-  ruccl_result_t rc = ruccl_write_all(fd, &h, sizeof h, deadline_ns);
+  unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+  ruccl_frame_header_encode(type, len, h);
+  ruccl_result_t rc = ruccl_write_all(fd, h, sizeof h, deadline_ns);
   if (rc == RUCCL_OK && len) rc = ruccl_write_all(fd, payload, len, deadline_ns);
   return rc;
 }
 
 ruccl_result_t ruccl_frame_recv(int fd, uint16_t *type, void *payload, uint32_t cap, uint32_t *len,
                                 int64_t deadline_ns) {
-  ruccl_frame_header_t h;
-  ruccl_result_t rc = ruccl_read_all(fd, &h, sizeof h, deadline_ns);
+  unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+  uint16_t t = 0;
+  uint32_t n = 0;
+  ruccl_result_t rc = ruccl_read_all(fd, h, sizeof h, deadline_ns);
+  if (rc == RUCCL_OK) rc = ruccl_frame_header_decode(h, &t, &n);
   if (rc != RUCCL_OK) return rc;
-  if (ntohl(h.magic) != RUCCL_WIRE_MAGIC) return ruccl_fail(RUCCL_ERR_PROTOCOL, "frame with a bad magic number");
-  uint32_t n = ntohl(h.length);
   if (n > cap) return ruccl_fail(RUCCL_ERR_PROTOCOL, "frame of %u bytes exceeds the %u allowed", n, cap);
   rc = ruccl_read_all(fd, payload, n, deadline_ns);
   if (rc != RUCCL_OK) return rc;
-  *type = ntohs(h.type);
+  *type = t;
   *len = n;
   return RUCCL_OK;
 }
 
 ruccl_result_t ruccl_auth_key(const void *secret, size_t secret_len, unsigned char key[RUCCL_AUTH_KEY_BYTES]) {
-  static const unsigned char salt[] = "ruccl-auth-v2";
+  static const unsigned char salt[] = "ruccl-auth-v2"; /* unchanged in v3: the same stretching */
   if (secret_len == 0 || secret_len > RUCCL_MAX_SECRET || !secret)
     return ruccl_fail(RUCCL_ERR_INVALID_CONFIG, "the session secret is empty or longer than %d bytes", RUCCL_MAX_SECRET);
   if (PKCS5_PBKDF2_HMAC(secret, (int)secret_len, salt, sizeof salt - 1, RUCCL_AUTH_ROUNDS, EVP_sha256(),
@@ -256,54 +275,57 @@ ruccl_result_t ruccl_auth_key(const void *secret, size_t secret_len, unsigned ch
   return RUCCL_OK;
 }
 
-/* HMAC(key, label | Ns | Nc | type | len | first): a proof that binds both nonces,
-   the side that speaks and the connection's first frame. */
-static void proof(const unsigned char key[RUCCL_AUTH_KEY_BYTES], const char *label, const unsigned char *ns,
-                  const unsigned char *nc, uint16_t type, const void *first, uint32_t len,
-                  unsigned char out[PROOF_BYTES]) {
-  unsigned char head[32 + 2 * NONCE_BYTES + 6];
+/* HMAC(secret, label ‖ type ‖ len ‖ first): a proof of the key exchange's shared
+   secret (which binds both shares, so one connection only) that binds the side that
+   speaks and the connection's first frame.  Integers little-endian. */
+static void proof(const unsigned char secret[RUCCL_PAKE_SECRET_BYTES], const char *label, uint16_t type,
+                  const void *first, uint32_t len, unsigned char out[PROOF_BYTES]) {
   size_t n = strlen(label) + 1; /* with its terminator: no label is a prefix of another */
-  memcpy(head, label, n);
-  memcpy(head + n, ns, NONCE_BYTES);
-  memcpy(head + n + NONCE_BYTES, nc, NONCE_BYTES);
-  unsigned char *t = head + n + 2 * NONCE_BYTES;
-  t[0] = (unsigned char)(type >> 8), t[1] = (unsigned char)type;
-  t[2] = (unsigned char)(len >> 24), t[3] = (unsigned char)(len >> 16), t[4] = (unsigned char)(len >> 8),
-  t[5] = (unsigned char)len;
-  size_t hl = n + 2 * NONCE_BYTES + 6;
+  size_t hl = n + 6;
   unsigned char *msg = malloc(hl + len);
   unsigned int out_len = PROOF_BYTES;
   if (msg) {
-    memcpy(msg, head, hl);
+    memcpy(msg, label, n);
+    ruccl_put_le16(msg + n, type);
+    ruccl_put_le32(msg + n + 2, len);
     if (len) memcpy(msg + hl, first, len);
   }
-  if (!msg || !HMAC(EVP_sha256(), key, RUCCL_AUTH_KEY_BYTES, msg, hl + len, out, &out_len))
+  if (!msg || !HMAC(EVP_sha256(), secret, RUCCL_PAKE_SECRET_BYTES, msg, hl + len, out, &out_len))
     RAND_bytes(out, PROOF_BYTES); /* out of memory: a proof nobody can match */
   free(msg);
 }
 
+#define CLIENT_LABEL "ruccl-auth-v3 client"
+#define SERVER_LABEL "ruccl-auth-v3 server"
 #define AUTH_HEAD_BYTES RUCCL_AUTH_HEAD_BYTES
 
-ruccl_result_t ruccl_auth_hello(unsigned char hello[RUCCL_AUTH_HELLO_BYTES]) {
-  uint32_t version = htonl(RUCCL_AUTH_VERSION);
-  memcpy(hello, &version, 4);
-  if (RAND_bytes(hello + 4, NONCE_BYTES) != 1) return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
+ruccl_result_t ruccl_auth_hello(const unsigned char key[RUCCL_AUTH_KEY_BYTES], ruccl_auth_server_t *s) {
+  ruccl_result_t rc = ruccl_pake_start(key, RUCCL_PAKE_SERVER, &s->pake);
+  if (rc != RUCCL_OK) return rc;
+  ruccl_put_le32(s->hello, RUCCL_AUTH_VERSION);
+  memcpy(s->hello + 4, s->pake.share, RUCCL_PAKE_SHARE_BYTES);
   return RUCCL_OK;
 }
 
-ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES],
-                                const unsigned char hello[RUCCL_AUTH_HELLO_BYTES], const unsigned char *auth,
-                                uint32_t n, uint16_t *type, const unsigned char **first, uint32_t *len,
-                                unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]) {
-  if (n < AUTH_HEAD_BYTES) return ruccl_fail(RUCCL_ERR_PROTOCOL, "an authentication frame of %u bytes", n);
-  const unsigned char *ns = hello + 4, *nc = auth, *their = auth + NONCE_BYTES, *body = auth + AUTH_HEAD_BYTES;
-  uint16_t ft = (uint16_t)(auth[NONCE_BYTES + PROOF_BYTES] << 8 | auth[NONCE_BYTES + PROOF_BYTES + 1]);
+ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES], ruccl_auth_server_t *s,
+                                const unsigned char *auth, uint32_t n, uint16_t *type, const unsigned char **first,
+                                uint32_t *len, unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]) {
+  unsigned char shared[RUCCL_PAKE_SECRET_BYTES], expect[PROOF_BYTES];
+  ruccl_result_t rc = RUCCL_OK;
+  if (n < AUTH_HEAD_BYTES) rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "an authentication frame of %u bytes", n);
+  if (rc == RUCCL_OK) rc = ruccl_pake_finish(key, &s->pake, auth, shared);
+  ruccl_pake_wipe(&s->pake); /* one answer per HELLO */
+  if (rc != RUCCL_OK) return rc;
+  const unsigned char *their = auth + RUCCL_PAKE_SHARE_BYTES, *body = auth + AUTH_HEAD_BYTES;
+  uint16_t ft = ruccl_get_le16(their + PROOF_BYTES);
   uint32_t flen = n - AUTH_HEAD_BYTES;
-  unsigned char expect[PROOF_BYTES];
-  proof(key, "ruccl-auth-v2 client", ns, nc, ft, body, flen, expect);
+  proof(shared, CLIENT_LABEL, ft, body, flen, expect);
   if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0)
-    return ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
-  proof(key, "ruccl-auth-v2 server", ns, nc, ft, body, flen, proof_out);
+    rc = ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
+  else
+    proof(shared, SERVER_LABEL, ft, body, flen, proof_out);
+  OPENSSL_cleanse(shared, sizeof shared);
+  if (rc != RUCCL_OK) return rc;
   *type = ft;
   *first = body;
   *len = flen;
@@ -312,15 +334,18 @@ ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES],
 
 ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
                                  uint32_t cap, uint32_t *len, int64_t deadline_ns) {
-  unsigned char hello[RUCCL_AUTH_HELLO_BYTES];
+  ruccl_auth_server_t state;
   *type = 0;
   *len = 0;
   if (cap > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES) cap = RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES;
-  ruccl_result_t rc = ruccl_auth_hello(hello);
+  ruccl_result_t rc = ruccl_auth_hello(key, &state);
   if (rc != RUCCL_OK) return rc;
   unsigned char *auth = malloc(AUTH_HEAD_BYTES + (size_t)cap);
-  if (!auth) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
-  rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, hello, sizeof hello, deadline_ns);
+  if (!auth) {
+    ruccl_pake_wipe(&state.pake);
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
+  }
+  rc = ruccl_frame_send(fd, RUCCL_FRAME_HELLO, state.hello, sizeof state.hello, deadline_ns);
   uint16_t t = 0;
   uint32_t n = 0;
   if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, auth, AUTH_HEAD_BYTES + cap, &n, deadline_ns);
@@ -328,7 +353,8 @@ ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_
     rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication frame, got type %u of %u bytes", t, n);
   const unsigned char *body = NULL;
   unsigned char mine[PROOF_BYTES];
-  if (rc == RUCCL_OK) rc = ruccl_auth_check(key, hello, auth, n, type, &body, len, mine);
+  if (rc == RUCCL_OK) rc = ruccl_auth_check(key, &state, auth, n, type, &body, len, mine);
+  ruccl_pake_wipe(&state.pake);
   if (rc == RUCCL_ERR_AUTH) {
     ruccl_frame_send(fd, RUCCL_FRAME_AUTH_FAIL, NULL, 0, deadline_ns);
     ruccl_fail(RUCCL_ERR_AUTH, "a connection failed to prove it knows the session secret");
@@ -343,42 +369,42 @@ ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_
 ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t type,
                                  const void *first, uint32_t len, int64_t deadline_ns) {
   unsigned char hello[RUCCL_AUTH_HELLO_BYTES], their[PROOF_BYTES], expect[PROOF_BYTES];
-  const unsigned char *ns = hello + 4;
+  unsigned char shared[RUCCL_PAKE_SECRET_BYTES];
   if (len > RUCCL_WIRE_MAX_CONTROL - AUTH_HEAD_BYTES)
     return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "a first frame of %u bytes is too long", len);
   uint16_t t = 0;
   uint32_t n = 0;
   ruccl_result_t rc = ruccl_frame_recv(fd, &t, hello, sizeof hello, &n, deadline_ns);
   if (rc != RUCCL_OK) return rc;
-  uint32_t version;
-  memcpy(&version, hello, 4);
-  if (t != RUCCL_FRAME_HELLO || n != sizeof hello || ntohl(version) != RUCCL_AUTH_VERSION)
+  if (t != RUCCL_FRAME_HELLO || n != sizeof hello || ruccl_get_le32(hello) != RUCCL_AUTH_VERSION)
     return ruccl_fail(RUCCL_ERR_PROTOCOL, "expected a hello frame of handshake version %d, got type %u of %u bytes",
                       RUCCL_AUTH_VERSION, t, n);
-  unsigned char *auth = malloc(AUTH_HEAD_BYTES + (size_t)len);
-  if (!auth) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
-  unsigned char *nc = auth;
-  if (RAND_bytes(nc, NONCE_BYTES) != 1) {
-    free(auth);
-    return ruccl_fail(RUCCL_ERR_IO, "no random bytes for a nonce");
-  }
-  proof(key, "ruccl-auth-v2 client", ns, nc, type, first, len, auth + NONCE_BYTES);
-  auth[NONCE_BYTES + PROOF_BYTES] = (unsigned char)(type >> 8);
-  auth[NONCE_BYTES + PROOF_BYTES + 1] = (unsigned char)type;
-  if (len) memcpy(auth + AUTH_HEAD_BYTES, first, len);
-  rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth, AUTH_HEAD_BYTES + len, deadline_ns);
-  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, their, sizeof their, &n, deadline_ns);
-  if (rc == RUCCL_OK && t == RUCCL_FRAME_AUTH_FAIL)
-    rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side refused our proof of the session secret");
-  else if (rc == RUCCL_ERR_PEER_LOST) /* gone mid-handshake (a refused proof is answered AUTH_FAIL) */
-    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other side closed the connection during the handshake");
-  else if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH_OK || n != sizeof their))
-    rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication reply, got type %u", t);
+  ruccl_pake_t mine;
+  rc = ruccl_pake_start(key, RUCCL_PAKE_CLIENT, &mine);
+  if (rc == RUCCL_OK) rc = ruccl_pake_finish(key, &mine, hello + 4, shared);
+  unsigned char *auth = rc == RUCCL_OK ? malloc(AUTH_HEAD_BYTES + (size_t)len) : NULL;
+  if (rc == RUCCL_OK && !auth) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "authentication frame");
   if (rc == RUCCL_OK) {
-    proof(key, "ruccl-auth-v2 server", ns, nc, type, first, len, expect);
+    memcpy(auth, mine.share, RUCCL_PAKE_SHARE_BYTES);
+    proof(shared, CLIENT_LABEL, type, first, len, auth + RUCCL_PAKE_SHARE_BYTES);
+    ruccl_put_le16(auth + RUCCL_PAKE_SHARE_BYTES + PROOF_BYTES, type);
+    if (len) memcpy(auth + AUTH_HEAD_BYTES, first, len);
+    rc = ruccl_frame_send(fd, RUCCL_FRAME_AUTH, auth, AUTH_HEAD_BYTES + len, deadline_ns);
+    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &t, their, sizeof their, &n, deadline_ns);
+    if (rc == RUCCL_OK && t == RUCCL_FRAME_AUTH_FAIL)
+      rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side refused our proof of the session secret");
+    else if (rc == RUCCL_ERR_PEER_LOST) /* gone mid-handshake (a refused proof is answered AUTH_FAIL) */
+      rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other side closed the connection during the handshake");
+    else if (rc == RUCCL_OK && (t != RUCCL_FRAME_AUTH_OK || n != sizeof their))
+      rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "expected an authentication reply, got type %u", t);
+  }
+  if (rc == RUCCL_OK) {
+    proof(shared, SERVER_LABEL, type, first, len, expect);
     if (CRYPTO_memcmp(expect, their, PROOF_BYTES) != 0)
       rc = ruccl_fail(RUCCL_ERR_AUTH, "the other side does not know the session secret");
   }
+  ruccl_pake_wipe(&mine);
+  OPENSSL_cleanse(shared, sizeof shared);
   free(auth);
   return rc;
 }

@@ -1,19 +1,20 @@
 /* wire.h — what crosses a socket: TCP helpers with deadlines, length-bounded
-   frames, and the mutual HMAC challenge-response every connection starts with. */
+   frames, and the authenticated key exchange every connection starts with. */
 #ifndef RUCCL_WIRE_H
 #define RUCCL_WIRE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pake.h"
 #include "ruccl.h"
 
 #define RUCCL_WIRE_MAGIC 0x52554343u /* "RUCC" */
 #define RUCCL_WIRE_MAX_CONTROL (64 * 1024) /* the largest control frame anyone accepts */
 
 typedef enum {
-  RUCCL_FRAME_HELLO = 1,    /* server -> client: version, nonce */
-  RUCCL_FRAME_AUTH = 2,     /* client -> server: nonce, proof, the first frame's type and payload */
+  RUCCL_FRAME_HELLO = 1,    /* server -> client: version, key-exchange share */
+  RUCCL_FRAME_AUTH = 2,     /* client -> server: share, proof, the first frame's type and payload */
   RUCCL_FRAME_AUTH_OK = 3,  /* server -> client: proof */
   RUCCL_FRAME_AUTH_FAIL = 4,
   RUCCL_FRAME_JOIN = 10,    /* node -> orchestrator (inside the AUTH frame) */
@@ -24,12 +25,13 @@ typedef enum {
                                  (payload: its smallest peer id, u32 little-endian) */
 } ruccl_frame_type_t;
 
-typedef struct {
-  uint32_t magic;
-  uint16_t type;
-  uint16_t flags;
-  uint32_t length; /* payload bytes after this header */
-} ruccl_frame_header_t;
+/* A frame's header: magic u32, type u16, flags u16 (0), payload length u32, all
+   little-endian. */
+#define RUCCL_FRAME_HEADER_BYTES 12
+void ruccl_frame_header_encode(uint16_t type, uint32_t length, unsigned char out[RUCCL_FRAME_HEADER_BYTES]);
+/* RUCCL_ERR_PROTOCOL when the magic is not ours or a flag is set. */
+ruccl_result_t ruccl_frame_header_decode(const unsigned char in[RUCCL_FRAME_HEADER_BYTES], uint16_t *type,
+                                         uint32_t *length);
 
 /* "host:port" -> host and port; RUCCL_ERR_INVALID_ARGUMENT when malformed. */
 ruccl_result_t ruccl_split_host_port(const char *host_port, char *host, size_t host_cap, int *port);
@@ -64,18 +66,18 @@ ruccl_result_t ruccl_frame_send(int fd, uint16_t type, const void *payload, uint
 ruccl_result_t ruccl_frame_recv(int fd, uint16_t *type, void *payload, uint32_t cap, uint32_t *len,
                                 int64_t deadline_ns);
 
-/* The handshake every connection starts with (docs/handshake.md): a mutual
-   HMAC-SHA256 challenge-response over fresh nonces that carries the connection's
-   first frame (type, payload: a JOIN, a node's hello with its group, session and
-   node index) inside both proofs, so that what a side says about itself is
-   authenticated with it.  The client proves first; the server answers only a valid
-   proof, and its answer proves it knows the key too.  The key is stretched from the
-   secret once (ruccl_auth_key: PBKDF2-HMAC-SHA256, RUCCL_AUTH_ROUNDS rounds), so a
-   proof an impostor collects costs that much per guess of a weak secret.
-   RUCCL_ERR_AUTH on a wrong proof; the server returns the first frame (at most cap
-   bytes, else RUCCL_ERR_PROTOCOL) only once the client has proven itself. */
-#define RUCCL_AUTH_VERSION 2
-#define RUCCL_AUTH_KEY_BYTES 32
+/* The handshake every connection starts with (docs/handshake.md): a SPAKE2 key
+   exchange (pake.h) keyed by the session key, then proofs of the shared secret it
+   gives that carry the connection's first frame (type, payload: a JOIN, a node's
+   hello with its group, session and node index), so that what a side says about
+   itself is authenticated with it.  Neither side's messages let a party that does
+   not know the key test guesses of the secret offline; the client proves first and
+   the server answers only a valid proof.  The key is stretched from the secret once
+   (ruccl_auth_key: PBKDF2-HMAC-SHA256, RUCCL_AUTH_ROUNDS rounds).  RUCCL_ERR_AUTH on
+   a wrong proof; the server returns the first frame (at most cap bytes, else
+   RUCCL_ERR_PROTOCOL) only once the client has proven itself. */
+#define RUCCL_AUTH_VERSION 3
+#define RUCCL_AUTH_KEY_BYTES RUCCL_PAKE_KEY_BYTES
 #define RUCCL_AUTH_ROUNDS 10000
 ruccl_result_t ruccl_auth_key(const void *secret, size_t secret_len, unsigned char key[RUCCL_AUTH_KEY_BYTES]);
 ruccl_result_t ruccl_auth_server(int fd, const unsigned char key[RUCCL_AUTH_KEY_BYTES], uint16_t *type, void *first,
@@ -84,16 +86,22 @@ ruccl_result_t ruccl_auth_client(int fd, const unsigned char key[RUCCL_AUTH_KEY_
                                  const void *first, uint32_t len, int64_t deadline_ns);
 
 /* The server's side in steps, for an event loop (the orchestrator's): a HELLO payload
-   (version, fresh nonce), then the check of the AUTH payload that answers it:
-   RUCCL_OK with the first frame (a pointer into auth) and the proof to send back in
-   AUTH_OK; RUCCL_ERR_AUTH (answer AUTH_FAIL); RUCCL_ERR_PROTOCOL (too short). */
-#define RUCCL_AUTH_HELLO_BYTES 36
+   (version u32 little-endian, the server's share), then the check of the AUTH payload
+   that answers it (the client's share, its proof, the first frame's type u16
+   little-endian, the first frame): RUCCL_OK with the first frame (a pointer into
+   auth) and the proof to send back in AUTH_OK; RUCCL_ERR_AUTH (answer AUTH_FAIL);
+   RUCCL_ERR_PROTOCOL (too short, or not a share).  The check wipes the state: one
+   HELLO answers one AUTH. */
+#define RUCCL_AUTH_HELLO_BYTES (4 + RUCCL_PAKE_SHARE_BYTES)
 #define RUCCL_AUTH_PROOF_BYTES 32
-#define RUCCL_AUTH_HEAD_BYTES 66 /* an AUTH payload's nonce, proof and type, before the first frame */
-ruccl_result_t ruccl_auth_hello(unsigned char hello[RUCCL_AUTH_HELLO_BYTES]);
-ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES],
-                                const unsigned char hello[RUCCL_AUTH_HELLO_BYTES], const unsigned char *auth,
-                                uint32_t n, uint16_t *type, const unsigned char **first, uint32_t *len,
-                                unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]);
+#define RUCCL_AUTH_HEAD_BYTES (RUCCL_PAKE_SHARE_BYTES + RUCCL_AUTH_PROOF_BYTES + 2) /* before the first frame */
+typedef struct {
+  ruccl_pake_t pake;
+  unsigned char hello[RUCCL_AUTH_HELLO_BYTES];
+} ruccl_auth_server_t;
+ruccl_result_t ruccl_auth_hello(const unsigned char key[RUCCL_AUTH_KEY_BYTES], ruccl_auth_server_t *s);
+ruccl_result_t ruccl_auth_check(const unsigned char key[RUCCL_AUTH_KEY_BYTES], ruccl_auth_server_t *s,
+                                const unsigned char *auth, uint32_t n, uint16_t *type, const unsigned char **first,
+                                uint32_t *len, unsigned char proof_out[RUCCL_AUTH_PROOF_BYTES]);
 
 #endif

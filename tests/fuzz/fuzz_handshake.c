@@ -1,5 +1,6 @@
-/* fuzz_handshake.c — both sides of the handshake (csrc/net/wire.c) on any bytes:
-   the server's check of an AUTH payload (ruccl_auth_check), and the client reading
+/* fuzz_handshake.c — both sides of the handshake (csrc/net/wire.c, pake.c) on any
+   bytes: the server's check of an AUTH payload (ruccl_auth_check: the client's share
+   and proof), and the client reading
    a stranger's HELLO and answer from a socket.  A first frame handed back lies
    within the payload; nothing is accepted without a valid proof. */
 #include <stdint.h>
@@ -13,11 +14,11 @@
 #include "transport.h"
 
 static unsigned char key[RUCCL_AUTH_KEY_BYTES];
-static const unsigned char hello[RUCCL_AUTH_HELLO_BYTES] = {0, 0, 0, 2, 1, 2, 3};
+static ruccl_auth_server_t server; /* one HELLO's state, copied for each input (a check wipes it) */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  return ruccl_auth_key("fuzz-secret", 11, key) == RUCCL_OK ? 0 : 1;
+  return ruccl_auth_key("fuzz-secret", 11, key) == RUCCL_OK && ruccl_auth_hello(key, &server) == RUCCL_OK ? 0 : 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -29,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const unsigned char *first = NULL;
     uint32_t len = 0;
     unsigned char proof[RUCCL_AUTH_PROOF_BYTES];
-    ruccl_result_t rc = ruccl_auth_check(key, hello, in, (uint32_t)n, &type, &first, &len, proof);
+    ruccl_auth_server_t state = server;
+    ruccl_result_t rc = ruccl_auth_check(key, &state, in, (uint32_t)n, &type, &first, &len, proof);
     if (rc == RUCCL_OK && (first < in || first + len > in + n)) abort();
     return 0;
   }

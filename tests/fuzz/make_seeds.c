@@ -2,7 +2,6 @@
    well-formed inputs of each decoder, from the encoders themselves, so that fuzzing
    starts from the real formats.  Run by scripts/fuzz.sh --seeds; the output is
    committed. */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +24,7 @@ static void put(const char *target, const char *name, const void *a, size_t na, 
 }
 
 static void frame(unsigned char *out, uint16_t type, uint32_t len) {
-  ruccl_frame_header_t h = {htonl(RUCCL_WIRE_MAGIC), htons(type), 0, htonl(len)};
-  memcpy(out, &h, sizeof h);
+  ruccl_frame_header_encode(type, len, out);
 }
 
 static ruccl_join_t join(uint32_t first_id, uint32_t n_local) {
@@ -48,7 +46,13 @@ int main(int argc, char **argv) {
   root = argv[1];
   /* frames: a HELLO, a JOIN frame, an empty LEAVE, back to back (first byte 0: cap 1024) */
   unsigned char stream[1024], *p = stream;
-  unsigned char hello[RUCCL_AUTH_HELLO_BYTES] = {0, 0, 0, RUCCL_AUTH_VERSION};
+  unsigned char key[RUCCL_AUTH_KEY_BYTES];
+  ruccl_pake_t client, server_side;
+  if (ruccl_auth_key("fuzz-secret", 11, key) != RUCCL_OK || ruccl_pake_start(key, RUCCL_PAKE_CLIENT, &client) != RUCCL_OK ||
+      ruccl_pake_start(key, RUCCL_PAKE_SERVER, &server_side) != RUCCL_OK)
+    return fprintf(stderr, "make_seeds: no key exchange\n"), 1;
+  unsigned char hello[RUCCL_AUTH_HELLO_BYTES] = {RUCCL_AUTH_VERSION}; /* version (little-endian), a real share */
+  memcpy(hello + 4, server_side.share, RUCCL_PAKE_SHARE_BYTES);
   frame(p, RUCCL_FRAME_HELLO, sizeof hello), memcpy(p + 12, hello, sizeof hello), p += 12 + sizeof hello;
   frame(p, RUCCL_FRAME_LEAVE, 0), p += 12;
   *p++ = 0; /* a last byte 0 mod 4: the reader's cap is 1024 (else last % 64) */
@@ -56,6 +60,7 @@ int main(int argc, char **argv) {
 
   /* handshake: an AUTH payload (mode 1) and a server's HELLO + AUTH_OK (mode 0) */
   unsigned char auth[1 + RUCCL_AUTH_HEAD_BYTES + 8] = {1};
+  memcpy(auth + 1, client.share, RUCCL_PAKE_SHARE_BYTES); /* a point of the curve, a wrong proof */
   memcpy(auth + 1 + RUCCL_AUTH_HEAD_BYTES, "payload!", 8);
   put("handshake", "auth", auth, sizeof auth, NULL, 0);
   unsigned char server[1 + 12 + RUCCL_AUTH_HELLO_BYTES + 12 + RUCCL_AUTH_PROOF_BYTES] = {0};
