@@ -4,12 +4,16 @@
 // session after the old one left, an unreachable orchestrator).
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#include <sanitizer/allocator_interface.h>
+#endif
 
 #include <cstring>
 #include <string>
@@ -455,6 +459,43 @@ TEST(Orchestrator, ThousandIdleAndTwoHundredGarbageConnectionsLeaveASessionAlone
   EXPECT_LT(took, 2.0) << "the session waited behind the strangers";
   for (int fd : fds) close(fd);
   expect_two_node_session(orch, "after-strangers");
+}
+
+// Bytes this process holds from the heap, as its allocator counts them (the
+// sanitizers' allocators under ASan/TSan, glibc's otherwise).
+size_t heap_in_use() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+#endif
+}
+
+// A stranger's AUTH header may announce 64 KB: the orchestrator's buffer grows with
+// what arrives, so 500 strangers that announce 64 KB and send 100 bytes cost it a
+// few hundred KB, not 32 MB, and a session beside them goes on.
+TEST(Orchestrator, StrangersThatAnnounceLargeFramesCostWhatTheySend) {
+  Orchestrator orch;
+  int port = ruccl_orchestrator_port(orch.o);
+  std::vector<int> fds;
+  size_t before = heap_in_use();
+  std::vector<unsigned char> some(100, 0x5a);
+  for (int i = 0; i < 500; i++) {
+    int fd = raw_connect(port);
+    fds.push_back(fd);
+    unsigned char h[RUCCL_FRAME_HEADER_BYTES];
+    ruccl_frame_header_encode(RUCCL_FRAME_AUTH, RUCCL_WIRE_MAX_CONTROL, h);
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, h, sizeof h, in_ms(1000)));
+    ASSERT_EQ(RUCCL_OK, ruccl_write_all(fd, some.data(), some.size(), in_ms(1000)));
+  }
+  for (int fd : fds) EXPECT_EQ(RUCCL_FRAME_HELLO, read_frame(fd).type);  // each one is being served
+  usleep(300 * 1000);
+  size_t after = heap_in_use();
+  EXPECT_LT(after, before + 8u * 1024 * 1024)
+      << "500 pending handshakes hold " << (after - before) / 1024 << " KB";
+  expect_two_node_session(orch, "beside-large-announcements");
+  for (int fd : fds) close(fd);
 }
 
 TEST(Orchestrator, DuplicatePeerIdAcrossNodesIsRefused) {

@@ -358,6 +358,7 @@ static void *serve(void *arg) {
 
 #define PENDING_MAX 4096
 #define PENDING_HANDSHAKE_NS (10LL * 1000000000) /* hundreds of nodes at once on a few busy cores */
+#define PENDING_FIRST_BYTES 1024 /* an AUTH payload's buffer to begin with (a JOIN of a few peers) */
 #define ACCEPT_BACKOFF_NS (50LL * 1000000) /* out of descriptors: leave the queue a while */
 
 typedef struct {
@@ -366,8 +367,8 @@ typedef struct {
   ruccl_auth_server_t auth; /* the key exchange's state: its HELLO, this side's secret scalar */
   unsigned char h[RUCCL_FRAME_HEADER_BYTES];
   size_t h_have;
-  unsigned char *buf; /* the AUTH payload, once its header said how long */
-  uint32_t need, have;
+  unsigned char *buf; /* the AUTH payload, grown as it arrives (not as its header claims) */
+  uint32_t need, have, cap;
 } pending_t;
 
 static void set_keepalive(int fd) {
@@ -433,12 +434,20 @@ static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
     uint16_t type = 0;
     uint32_t n = 0;
     if (ruccl_frame_header_decode(p->h, &type, &n) != RUCCL_OK || type != RUCCL_FRAME_AUTH ||
-        n < RUCCL_AUTH_HEAD_BYTES || n > RUCCL_WIRE_MAX_CONTROL || !(p->buf = malloc(n)))
+        n < RUCCL_AUTH_HEAD_BYTES || n > RUCCL_WIRE_MAX_CONTROL)
       return drop_pending(p), 1; /* not a handshake of ours: nothing is answered */
     p->need = n;
+    p->cap = n < PENDING_FIRST_BYTES ? n : PENDING_FIRST_BYTES;
+    if (!(p->buf = malloc(p->cap))) return drop_pending(p), 1;
   }
   while (p->have < p->need) {
-    ssize_t r = recv(p->fd, p->buf + p->have, p->need - p->have, MSG_DONTWAIT);
+    if (p->have == p->cap) { /* 4096 strangers announcing 64 KB each cost what they send */
+      uint32_t cap = p->cap * 2 < p->need ? p->cap * 2 : p->need;
+      unsigned char *grown = realloc(p->buf, cap);
+      if (!grown) return drop_pending(p), 1;
+      p->buf = grown, p->cap = cap;
+    }
+    ssize_t r = recv(p->fd, p->buf + p->have, p->cap - p->have, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
     if (r <= 0) return drop_pending(p), 1;
     p->have += (uint32_t)r;
