@@ -1,7 +1,8 @@
 /* orchestrator.c — the multi-node rendezvous server.
  *
- * Each connection must first pass the HMAC challenge-response; then it sends one
- * JOIN (group name, node count, config digest, its data address, its peer ids).
+ * Each connection must first pass the handshake (wire.h: a SPAKE2 key exchange and
+ * proofs, the JOIN inside them: group name, node count, config digest, its data
+ * address, its peer ids).
  * When num_nodes nodes of a group have joined, every one of them receives the
  * TABLE of all nodes' data addresses and peer ids; the data plane then runs
  * directly between the nodes.  A node's connection stays open for the session; when
