@@ -12,7 +12,8 @@
 
 #include <chrono>
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#include <sanitizer/allocator_interface.h>
+// the sanitizer runtime's own count (its header is not always installed)
+extern "C" size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include <cstring>
@@ -208,6 +209,23 @@ Frame read_frame(int fd, int64_t ms = 2000) {
   return f;
 }
 
+// The AUTH frame a real client under `secret` answers a HELLO payload with, taken
+// through a socket pair (a man in the middle, or an impostor server); the client is
+// then cut off.
+Frame client_auth(const std::vector<unsigned char> &hello, const char *secret, const void *first, uint32_t len) {
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp) != 0) return Frame{};
+  std::thread client([&] { ruccl_auth_client(sp[1], Key(secret).k, RUCCL_FRAME_JOIN, first, len, in_ms(3000)); });
+  Frame auth;
+  if (ruccl_frame_send(sp[0], RUCCL_FRAME_HELLO, hello.data(), (uint32_t)hello.size(), in_ms(1000)) == RUCCL_OK)
+    auth = read_frame(sp[0]);
+  shutdown(sp[0], SHUT_RDWR);
+  client.join();
+  close(sp[0]);
+  close(sp[1]);
+  return auth;
+}
+
 // A stranger that stops at each step of the handshake, or lies at it, leaves the
 // orchestrator serving: nothing it sends is taken before a valid proof.
 TEST(Handshake, AStrangerAtEachStepIsDroppedAndTheSessionGoesOn) {
@@ -264,24 +282,13 @@ TEST(Handshake, AReplayedOrAlteredProofIsRefused) {
   EXPECT_NE(hello1.payload, hello2.payload) << "every connection gets a fresh nonce";
 
   // A real client answers hello1 through a socket pair (the man in the middle).
-  int sp[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
   ruccl_join_t j = make_join("relay", 1, {0}, 1000);
   size_t jlen = 0;
   unsigned char *wire = ruccl_join_encode(&j, &jlen);
   ASSERT_NE(nullptr, wire);
-  std::thread client([&] {
-    ruccl_auth_client(sp[1], Key(kSecret).k, RUCCL_FRAME_JOIN, wire, (uint32_t)jlen, in_ms(3000));
-  });
-  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], hello1.type, hello1.payload.data(), (uint32_t)hello1.payload.size(),
-                                       in_ms(1000)));
-  Frame auth = read_frame(sp[0]);
-  ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
-  shutdown(sp[0], SHUT_RDWR);
-  client.join();
-  close(sp[0]);
-  close(sp[1]);
+  Frame auth = client_auth(hello1.payload, kSecret, wire, (uint32_t)jlen);
   free(wire);
+  ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
 
   // Replayed into the second connection (another nonce): refused.
   ASSERT_EQ(RUCCL_OK, ruccl_frame_send(second, auth.type, auth.payload.data(), (uint32_t)auth.payload.size(), in_ms(1000)));
@@ -313,15 +320,7 @@ TEST(Handshake, TheServerRevealsNoProofToAClientThatHasNotProvenItself) {
   Frame hello = read_frame(fd);
   ASSERT_EQ(RUCCL_FRAME_HELLO, hello.type);
   // a well-formed AUTH under another key, through a socket pair as before
-  int sp[2];
-  ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
-  std::thread client([&] { ruccl_auth_client(sp[1], Key("guess").k, RUCCL_FRAME_JOIN, "x", 1, in_ms(3000)); });
-  ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], hello.type, hello.payload.data(), (uint32_t)hello.payload.size(), in_ms(1000)));
-  Frame auth = read_frame(sp[0]);
-  shutdown(sp[0], SHUT_RDWR);
-  client.join();
-  close(sp[0]);
-  close(sp[1]);
+  Frame auth = client_auth(hello.payload, "guess", "x", 1);
   ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
   ASSERT_EQ(RUCCL_OK, ruccl_frame_send(fd, auth.type, auth.payload.data(), (uint32_t)auth.payload.size(), in_ms(1000)));
   Frame answer = read_frame(fd);
@@ -341,15 +340,7 @@ TEST(Handshake, AnImpostorServerCannotTestGuessesOffline) {
   for (const char *impostor_guess : {"password", kSecret}) {
     ruccl_auth_server_t impostor;
     ASSERT_EQ(RUCCL_OK, ruccl_auth_hello(Key(impostor_guess).k, &impostor));
-    int sp[2];
-    ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
-    std::thread client([&] { ruccl_auth_client(sp[1], Key(kSecret).k, RUCCL_FRAME_JOIN, "join", 4, in_ms(3000)); });
-    ASSERT_EQ(RUCCL_OK, ruccl_frame_send(sp[0], RUCCL_FRAME_HELLO, impostor.hello, sizeof impostor.hello, in_ms(1000)));
-    Frame auth = read_frame(sp[0]);
-    shutdown(sp[0], SHUT_RDWR);
-    client.join();
-    close(sp[0]);
-    close(sp[1]);
+    Frame auth = client_auth({impostor.hello, impostor.hello + sizeof impostor.hello}, kSecret, "join", 4);
     ASSERT_EQ(RUCCL_FRAME_AUTH, auth.type);
     ASSERT_EQ(RUCCL_AUTH_HEAD_BYTES + 4u, auth.payload.size());
     int verified = 0;
