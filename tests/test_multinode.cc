@@ -846,6 +846,43 @@ TEST(MultiNode, StoreRendezvousConfigMismatchIsSeenByEveryNode) {
   }
 }
 
+// The same crash with a rendezvous through a store (as under torch): no orchestrator
+// says the node went, but its data port, open since before it joined, now refuses
+// connections; a node awaiting its link probes it each second, so every survivor
+// ends with PEER_LOST within seconds, not at the registration's 20 s timeout.
+TEST(MultiNode, NodeThatDiesAfterTheStoresTableIsPeerLostForTheOthersAtSetUp) {
+  for (const char *victim : {"1", "3"}) {
+    ScopedEnv die("RUCCL_TEST_DIE_AFTER_TABLE_PEER", victim);
+    StoreDir dir;
+    std::vector<pid_t> pids;
+    std::vector<std::string> logs;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < 4; k++) {
+      logs.push_back(dir.path + "-node" + std::to_string(k) + ".log");
+      pids.push_back(spawn_node({"dir:" + dir.path, "4", std::string("storedies") + victim, std::to_string(k), "all"},
+                                kSecret, "", logs.back()));
+    }
+    std::vector<int> codes = wait_all(pids, 60);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int v = atoi(victim);
+    bool probed = false;
+    for (int k = 0; k < 4; k++) {
+      std::string log = read_file(logs[k]);
+      unlink(logs[k].c_str());
+      if (k == v) {
+        EXPECT_EQ(7, codes[k]) << "the victim exits after its table";
+        continue;
+      }
+      EXPECT_EQ(1, codes[k]) << "node " << k << ": " << log;
+      EXPECT_NE(std::string::npos, log.find("RUCCL_ERR_PEER_LOST")) << "node " << k << ": " << log;
+      EXPECT_EQ(std::string::npos, log.find("RUCCL_ERR_TIMEOUT")) << "node " << k << ": " << log;
+      probed = probed || log.find("refuses connections: its process is gone before it linked") != std::string::npos;
+    }
+    EXPECT_TRUE(probed) << "node 0 awaits the victim's link: its probe must be what ended the wait";
+    EXPECT_LT(took, 10.0) << "the others waited for the session's timeout";
+  }
+}
+
 TEST(MultiNode, WrongSecretNodeCannotJoin) {
   Orchestrator orch;
   pid_t bad = spawn_node({orch.address(), "2", "secret", "0", "all"}, "wrong");

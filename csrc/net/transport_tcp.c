@@ -201,6 +201,8 @@ ruccl_result_t ruccl_net_listen(ruccl_net_t *net, const char *host, unsigned por
 #define LINK_CONTEXT_BYTES (RUCCL_MAX_GROUP_NAME + RUCCL_SESSION_ID_BYTES + 8)
 #define LINK_FIRST_MAX 256 /* the largest first frame after the context */
 #define LINK_CONNECT_NS (10LL * 1000000000)
+#define SETUP_PROBE_NS (1000LL * 1000000)         /* a node awaited at set-up is probed this often */
+#define SETUP_PROBE_CONNECT_NS (500LL * 1000000)
 
 static void link_context(const ruccl_net_t *net, unsigned from, unsigned to, unsigned char out[LINK_CONTEXT_BYTES]) {
   memset(out, 0, RUCCL_MAX_GROUP_NAME);
@@ -268,25 +270,24 @@ static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *
 }
 
 /* The handshake of a connection on the data port, and the first frame it carries:
-   1 when the dialler proved the secret for this group, this session and this node
-   (*from: its node index; buf, *len: the frame after the context), else 0 (the
-   reason is this thread's last error). */
-static int first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *type, unsigned char *buf,
-                       uint32_t *len, unsigned *from) {
+   RUCCL_OK when the dialler proved the secret for this group, this session and this
+   node (*from: its node index; buf, *len: the frame after the context), else why not
+   (PEER_LOST: it closed before it finished). */
+static ruccl_result_t first_frame(ruccl_net_t *net, int fd, int64_t deadline_ns, uint16_t *type, unsigned char *buf,
+                                  uint32_t *len, unsigned *from) {
   unsigned char got[LINK_CONTEXT_BYTES + LINK_FIRST_MAX];
   uint32_t n = 0;
-  if (ruccl_auth_server(fd, net->key, type, got, sizeof got, &n, deadline_ns) != RUCCL_OK) return 0;
+  ruccl_result_t rc = ruccl_auth_server(fd, net->key, type, got, sizeof got, &n, deadline_ns);
+  if (rc != RUCCL_OK) return rc;
   unsigned char want[LINK_CONTEXT_BYTES];
   uint32_t k = n >= LINK_CONTEXT_BYTES ? ruccl_get_le32(got + LINK_CONTEXT_BYTES - 8) : 0;
   link_context(net, k, net->me, want);
-  if (n < LINK_CONTEXT_BYTES || memcmp(got, want, LINK_CONTEXT_BYTES) != 0 || k >= net->num_nodes || k == net->me) {
-    ruccl_fail(RUCCL_ERR_PROTOCOL, "a node proved the secret for another group, session or node");
-    return 0;
-  }
+  if (n < LINK_CONTEXT_BYTES || memcmp(got, want, LINK_CONTEXT_BYTES) != 0 || k >= net->num_nodes || k == net->me)
+    return ruccl_fail(RUCCL_ERR_PROTOCOL, "a node proved the secret for another group, session or node");
   *from = k;
   *len = n - LINK_CONTEXT_BYTES;
   memcpy(buf, got + LINK_CONTEXT_BYTES, *len);
-  return 1;
+  return RUCCL_OK;
 }
 
 /* ---- the data port ----------------------------------------------------------------
@@ -314,14 +315,17 @@ static void *handshake_main(void *arg) {
   uint32_t len = 0;
   unsigned from = 0;
   int node = -1;
-  int shook = first_frame(net, h.fd, deadline, &type, first, &len, &from);
+  ruccl_result_t shake = first_frame(net, h.fd, deadline, &type, first, &len, &from);
+  int shook = shake == RUCCL_OK;
   int taken = shook && take_connection(net, h.fd, type, first, len, from, deadline, &node);
   pthread_mutex_lock(&net->port_mu);
   net->port_fds[h.slot] = -1; /* before the close below: stop_port never shuts a reused number */
   pthread_mutex_unlock(&net->port_mu);
   if (!taken) {
-    /* after the handshake: a stranger learns nothing, a wrong secret learns it is wrong */
-    ruccl_log(1, "node %u: refused a connection on the data port (%s)", net->me,
+    /* after the handshake: a stranger learns nothing, a wrong secret learns it is wrong.
+       One that closed before it said anything is a waiting node's probe (set-up), or a
+       node that gave up: no warning. */
+    ruccl_log(shake == RUCCL_ERR_PEER_LOST ? 2 : 1, "node %u: refused a connection on the data port (%s)", net->me,
               shook ? "not a node of this session" : ruccl_last_error());
     close(h.fd);
   }
@@ -425,12 +429,33 @@ static ruccl_result_t orchestrator_news(ruccl_net_t *net) {
   return ruccl_fail(RUCCL_ERR_PROTOCOL, "node %u: the orchestrator sent frame type %u during set-up", net->me, type);
 }
 
+/* Set-up: whether node k, awaited, is still there.  Its data port listened before it
+   joined and stays open for its session: refused means its process is gone (a
+   rendezvous through a store has no orchestrator to say so).  The connection, when
+   taken, closes at once (the port drops it quietly). */
+static ruccl_result_t probe_node(ruccl_net_t *net, unsigned k) {
+  int fd = -1;
+  ruccl_result_t rc = ruccl_tcp_connect_ex(net->nodes[k].address, (int)net->nodes[k].port,
+                                           ruccl_now_ns() + SETUP_PROBE_CONNECT_NS, 0, &fd);
+  if (fd >= 0) close(fd);
+  if (rc == RUCCL_ERR_PEER_LOST)
+    return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: node %u's data port at %s:%u refuses connections: its process is "
+                      "gone before it linked", net->me, k, net->nodes[k].address, net->nodes[k].port);
+  return RUCCL_OK; /* there, or slow to answer: it may still link */
+}
+
 static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
   for (unsigned k = net->me + 1; k < net->num_nodes; k++) {
     if (!setup_pair(net->me, k, net->num_nodes)) continue;
+    int64_t probe_at = ruccl_now_ns() + SETUP_PROBE_NS;
     for (unsigned naps = 0; link_fd(net, k) < 0; naps++) {
       ruccl_result_t rc = ruccl_net_session_state(net);
       if (rc == RUCCL_OK) rc = orchestrator_news(net);
+      if (rc == RUCCL_OK && ruccl_now_ns() >= probe_at) {
+        rc = probe_node(net, k);
+        if (link_fd(net, k) >= 0) rc = RUCCL_OK; /* it linked meanwhile (and went since: the session will say) */
+        probe_at = ruccl_now_ns() + SETUP_PROBE_NS;
+      }
       if (rc != RUCCL_OK) return rc;
       if (ruccl_now_ns() >= deadline_ns)
         return ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u: node %u did not connect within the timeout", net->me, k);
