@@ -415,11 +415,16 @@ static void start_conn(ruccl_orchestrator_t *o, int fd, const ruccl_join_t *join
   pthread_mutex_unlock(&o->mu);
 }
 
-static void drop_pending(pending_t *p) {
-  close(p->fd);
+/* A slot whose handshake is over: its buffer freed, its key-exchange state wiped. */
+static void clear_pending(pending_t *p) {
   free(p->buf);
   OPENSSL_cleanse(p, sizeof *p);
   p->fd = -1;
+}
+
+static void drop_pending(pending_t *p) {
+  close(p->fd);
+  clear_pending(p);
 }
 
 /* Reads what arrived; returns 1 when the handshake is over (the node went on to a
@@ -472,9 +477,7 @@ static int pending_read(ruccl_orchestrator_t *o, pending_t *p) {
   if (rc == RUCCL_OK) rc = ruccl_frame_send(p->fd, RUCCL_FRAME_AUTH_OK, proof, sizeof proof, soon);
   if (rc != RUCCL_OK) return drop_pending(p), 1;
   start_conn(o, p->fd, &join);
-  free(p->buf);
-  OPENSSL_cleanse(p, sizeof *p);
-  p->fd = -1;
+  clear_pending(p);
   return 1;
 }
 
