@@ -96,6 +96,10 @@ ruccl_result_t ruccl_p2p_net_init(ruccl_net_t *net, const ruccl_p2p_routes_t *ro
   if (!p) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "point-to-point connections");
   p->num_nodes = n;
   p->me = net->me;
+  /* The ring of liveness: fixed before any stream reader starts (a reader that sees
+     its stream end compares the sender with pred). */
+  p->succ = (p->me + 1) % n;
+  p->pred = (p->me + n - 1) % n;
   p->routes = *routes;
   p->out = calloc(n, sizeof *p->out);
   p->in = calloc(n, sizeof *p->in);
@@ -526,8 +530,6 @@ void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p || p->num_nodes < 2 || timeout_ms <= 0) return;
   p->liveness_ns = ms_to_ns(timeout_ms);
-  p->succ = (p->me + 1) % p->num_nodes;
-  p->pred = (p->me + p->num_nodes - 1) % p->num_nodes;
   /* Until its first byte the predecessor may still be setting up: it gets the set-up
      grace (RUCCL_LIVENESS_SETUP_GRACE_MS, default 2 min, at least the liveness
      timeout, at most the session's timeout), the liveness timeout after. */
