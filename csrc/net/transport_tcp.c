@@ -430,8 +430,9 @@ static ruccl_result_t orchestrator_news(ruccl_net_t *net) {
 }
 
 /* Set-up: whether node k, awaited, is still there.  Its data port listened before it
-   joined and stays open for its session: refused means its process is gone (a
-   rendezvous through a store has no orchestrator to say so).  The connection, when
+   joined and stays open for its session: refused means its session ended, its process
+   exited or its registration failed (a rendezvous through a store has no orchestrator to
+   say so).  The connection, when
    taken, closes at once (the port drops it quietly). */
 static ruccl_result_t probe_node(ruccl_net_t *net, unsigned k) {
   int fd = -1;
@@ -439,8 +440,8 @@ static ruccl_result_t probe_node(ruccl_net_t *net, unsigned k) {
                                            ruccl_now_ns() + SETUP_PROBE_CONNECT_NS, 0, &fd);
   if (fd >= 0) close(fd);
   if (rc == RUCCL_ERR_PEER_LOST)
-    return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: node %u's data port at %s:%u refuses connections: its process is "
-                      "gone before it linked", net->me, k, net->nodes[k].address, net->nodes[k].port);
+    return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: node %u's data port at %s:%u refuses connections: its session "
+                      "ended (its process exited or its registration failed) before it linked", net->me, k, net->nodes[k].address, net->nodes[k].port);
   return RUCCL_OK; /* there, or slow to answer: it may still link */
 }
 

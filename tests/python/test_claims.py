@@ -144,7 +144,8 @@ def w_secret(rank, ws, ports, directory):
 def test_ruccl_secret_overrides_the_store_secret(tmp_path):
     """Two ranks with different RUCCL_SECRET values cannot form the group: the one that
     connects (rank 1 -> rank 0) gets RUCCL_ERR_AUTH, the other refuses it (its log says
-    RUCCL_ERR_AUTH) and times out waiting.  The same RUCCL_SECRET works.  A rank with
+    RUCCL_ERR_AUTH) and, once rank 1's failed init has closed its data port, gets
+    RUCCL_ERR_PEER_LOST from its set-up probe (not the timeout).  The same RUCCL_SECRET works.  A rank with
     RUCCL_SECRET does not use the secret rank 0 published in the store (rank 1 only:
     AUTH), and a rank 0 with RUCCL_SECRET publishes none (rank 0 only: rank 1 waits for
     the store's secret in vain).  RUCCL_SECRET_FILE works like RUCCL_SECRET (every byte
@@ -156,7 +157,8 @@ def test_ruccl_secret_overrides_the_store_secret(tmp_path):
     for name in ("different", "rank 1 only"):
         (e0, log0), (e1, _) = r0[name], r1[name]
         assert e1 is not None and e1.startswith("RUCCL_ERR_AUTH"), f"{name}: rank 1: {e1!r}"
-        assert e0 is not None and e0.startswith("RUCCL_ERR_TIMEOUT"), f"{name}: rank 0: {e0!r}"
+        assert e0 is not None and e0.startswith("RUCCL_ERR_PEER_LOST") and re.search(
+            r"node 1's data port at \S+ refuses connections", e0), f"{name}: rank 0: {e0!r}"
         assert re.search(r"node 0: refused a connection on the data port \(RUCCL_ERR_AUTH", log0), (
             f"{name}: rank 0 did not log refusing rank 1 for its secret:\n{log0}")
 
