@@ -36,15 +36,23 @@ typedef struct {
   int p2p;
 } ruccl_xfer_t;
 
-/* A transport, over an endpoint only it knows the type of. */
+/* A transport, over an endpoint only it knows the type of.  Its life: connect (once,
+   after the endpoint knows its peers), any number of xfer, abort at any time from any
+   thread, close (once, after the last xfer has returned). */
 typedef struct ruccl_transport_ops {
   const char *name;
+  /* Makes the connections the endpoint needs before its first step (a transport may
+     make others on first use); by deadline_ns, or RUCCL_ERR_TIMEOUT. */
+  ruccl_result_t (*connect)(void *endpoint, int64_t deadline_ns);
   /* One step; send_peer / recv_peer are the endpoint's own peer numbers (the team
      has mapped them). */
   ruccl_result_t (*xfer)(void *endpoint, const ruccl_xfer_t *x, int64_t deadline_ns);
   /* The session stops (its cancel state says so already, or code says why): every
      wait on this endpoint returns promptly, and the other ends hear code. */
   void (*abort)(void *endpoint, ruccl_result_t code);
+  /* Ends the endpoint's connections.  finished: every step of this end is done and
+     the other ends are told so (they may drain what it sent); else it just goes away. */
+  void (*close)(void *endpoint, int finished);
 } ruccl_transport_ops_t;
 
 /* The peers one algorithm runs over: a subset of the session's peers (all of them

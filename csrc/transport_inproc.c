@@ -180,8 +180,18 @@ static void inproc_abort(void *endpoint, ruccl_result_t code) {
   ruccl_inproc_wake(((const ruccl_inproc_port_t *)endpoint)->t);
 }
 
+/* The peers of a process share its memory: nothing to connect, nothing to close
+   (the registry owns the transport's state and frees it with the group). */
+static ruccl_result_t inproc_connect(void *endpoint, int64_t deadline_ns) {
+  (void)endpoint, (void)deadline_ns;
+  return RUCCL_OK;
+}
+static void inproc_close(void *endpoint, int finished) { (void)endpoint, (void)finished; }
+
 const ruccl_transport_ops_t ruccl_inproc_ops = {
     .name = "inproc",
+    .connect = inproc_connect,
     .xfer = inproc_xfer,
     .abort = inproc_abort,
+    .close = inproc_close,
 };

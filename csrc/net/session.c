@@ -177,12 +177,13 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     rc = ruccl_net_prepare(net, &table, my_node);
     if (rc == RUCCL_OK) rc = ruccl_p2p_net_init(net, &routes);
   }
-  if (rc == RUCCL_OK) rc = ruccl_net_connect_all(net, deadline);
+  const ruccl_transport_ops_t *transport = ruccl_session_transport();
+  if (rc == RUCCL_OK) rc = transport->connect(net, deadline);
   ruccl_table_free(&table);
   free(me);
   if (rc != RUCCL_OK) {
     bootstrap->leave(bootstrap->ctx, net->orchestrator_fd);
-    ruccl_net_close(net, 0);
+    transport->close(net, 0);
     OPENSSL_cleanse(net->key, sizeof net->key);
     free(net);
     return rc;
@@ -198,7 +199,7 @@ void ruccl_session_close(ruccl_group_t *g, int finished) {
   if (!g->net) return;
   const ruccl_bootstrap_t *bootstrap = g->net->bootstrap;
   bootstrap->leave(bootstrap->ctx, g->net->orchestrator_fd);
-  ruccl_net_close(g->net, finished);
+  ruccl_session_transport()->close(g->net, finished);
   free(g->net);
   g->net = NULL;
 }

@@ -1087,10 +1087,16 @@ static ruccl_result_t xfer_loop(ruccl_net_t *net, out_state_t *op, in_state_t *i
   }
 }
 
+static ruccl_result_t net_connect_op(void *endpoint, int64_t deadline_ns) {
+  return ruccl_net_connect_all(endpoint, deadline_ns);
+}
 static void net_abort_op(void *endpoint, ruccl_result_t code) { ruccl_net_abort(endpoint, code); }
+static void net_close_op(void *endpoint, int finished) { ruccl_net_close(endpoint, finished); }
 
 const ruccl_transport_ops_t ruccl_tcp_ops = {
     .name = "tcp",
+    .connect = net_connect_op,
     .xfer = net_xfer,
     .abort = net_abort_op,
+    .close = net_close_op,
 };
