@@ -63,8 +63,8 @@ int ruccl_testing_take_corruption(void);
 void ruccl_testing_silence_beats(int on);
 int ruccl_testing_beats_silenced(void);
 
-/* While on, this process exits (status 7) right after its node gets the session's
-   table: a crash before it links to anyone. */
+/* 1: this process exits (status 7) right after its node gets the session's table, a
+   crash before it links to anyone; 2: it stops itself there (SIGSTOP), frozen. */
 void ruccl_testing_set_die_after_table(int on);
 int ruccl_testing_die_after_table(void);
 

@@ -776,6 +776,10 @@ int main(int argc, char **argv) {
   const char *die = getenv("RUCCL_TEST_DIE_AFTER_TABLE_PEER");
   for (unsigned i = 0; die && i < n; i++)
     if (ids[i] == (uint32_t)atoi(die)) ruccl_testing_set_die_after_table(1);
+  /* RUCCL_TEST_FREEZE_AFTER_TABLE_PEER: the node of that peer stops itself (SIGSTOP) there */
+  const char *freeze = getenv("RUCCL_TEST_FREEZE_AFTER_TABLE_PEER");
+  for (unsigned i = 0; freeze && i < n; i++)
+    if (ids[i] == (uint32_t)atoi(freeze)) ruccl_testing_set_die_after_table(2);
   /* RUCCL_TEST_SILENT_PEER: the node of that peer sends no liveness beats */
   const char *silent = getenv("RUCCL_TEST_SILENT_PEER");
   for (unsigned i = 0; silent && i < n; i++)

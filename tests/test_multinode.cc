@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <thread>
@@ -880,6 +881,53 @@ TEST(MultiNode, NodeThatDiesAfterTheStoresTableIsPeerLostForTheOthersAtSetUp) {
     }
     EXPECT_TRUE(probed) << "node 0 awaits the victim's link: its probe must be what ended the wait";
     EXPECT_LT(took, 10.0) << "the others waited for the session's timeout";
+  }
+}
+
+// A node frozen (SIGSTOP) right after the table: its kernel still takes connections on
+// its data port, so it is neither refused nor announced.  A node that dials it waits for
+// the handshake's answer, a node that awaits it probes for that answer, each for the
+// set-up grace (RUCCL_LIVENESS_SETUP_GRACE_MS) at most: PEER_LOST, not the timeout.
+// Two nodes: node 0 only awaits node 1 (the probe ends it); four nodes: node 2 dials
+// node 1 (its wait for the answer ends it; the others may hear of the loss from a
+// neighbour first).
+TEST(MultiNode, NodeFrozenAfterTheStoresTableIsPeerLostForTheOthersAfterTheSetUpGrace) {
+  ScopedEnv freeze("RUCCL_TEST_FREEZE_AFTER_TABLE_PEER", "1");
+  ScopedEnv grace("RUCCL_LIVENESS_SETUP_GRACE_MS", "3000");
+  ScopedEnv liveness("RUCCL_LIVENESS_TIMEOUT_MS", "2000");
+  for (int nodes : {2, 4}) {
+    StoreDir dir;
+    std::vector<pid_t> pids, survivors;
+    std::vector<std::string> logs;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < nodes; k++) {
+      logs.push_back(dir.path + "-node" + std::to_string(k) + ".log");
+      pids.push_back(spawn_node({"dir:" + dir.path, std::to_string(nodes), "storefreezes", std::to_string(k), "all"},
+                                kSecret, "", logs.back()));
+      if (k != 1) survivors.push_back(pids.back());
+    }
+    std::vector<int> codes = wait_all(survivors, 60);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int status = 0;
+    EXPECT_EQ(0, waitpid(pids[1], &status, WNOHANG)) << nodes << " nodes: the frozen node must still be there";
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], &status, 0);
+    std::string all;
+    for (int k = 0, i = 0; k < nodes; k++) {
+      std::string log = read_file(logs[k]);
+      unlink(logs[k].c_str());
+      if (k == 1) continue;
+      all += "node " + std::to_string(k) + ":\n" + log;
+      EXPECT_EQ(1, codes[i++]) << nodes << " nodes, node " << k << ": " << log;
+      // what the call returned (a step on the way may have logged a socket's timeout)
+      EXPECT_TRUE(std::regex_search(log, std::regex("\npeer [0-9]+: [^\n]*RUCCL_ERR_PEER_LOST")))
+          << nodes << " nodes, node " << k << ": " << log;
+      EXPECT_FALSE(std::regex_search(log, std::regex("\npeer [0-9]+: [^\n]*RUCCL_ERR_TIMEOUT")))
+          << nodes << " nodes, node " << k << ": " << log;
+    }
+    const char *how = nodes == 2 ? "takes connections but answered none" : "took the connection but answered nothing";
+    EXPECT_NE(std::string::npos, all.find(how)) << nodes << " nodes: the set-up wait must be what saw it\n" << all;
+    EXPECT_LT(took, 12.0) << nodes << " nodes: the others waited for the session's 20 s timeout";
   }
 }
 

@@ -531,19 +531,8 @@ void ruccl_p2p_net_start_liveness(ruccl_net_t *net, int64_t timeout_ms) {
   if (!p || p->num_nodes < 2 || timeout_ms <= 0) return;
   p->liveness_ns = ms_to_ns(timeout_ms);
   /* Until its first byte the predecessor may still be setting up: it gets the set-up
-     grace (RUCCL_LIVENESS_SETUP_GRACE_MS, default 2 min, at least the liveness
-     timeout, at most the session's timeout), the liveness timeout after. */
-  int64_t grace_ms = RUCCL_LIVENESS_SETUP_GRACE_MS;
-  const char *e = getenv("RUCCL_LIVENESS_SETUP_GRACE_MS");
-  if (e && *e) {
-    char *end = NULL;
-    long long v = strtoll(e, &end, 10);
-    if (*end || v <= 0) ruccl_log(1, "RUCCL_LIVENESS_SETUP_GRACE_MS=%s is not a number of ms: using %d", e, RUCCL_LIVENESS_SETUP_GRACE_MS);
-    else grace_ms = v;
-  }
-  if (grace_ms < timeout_ms) grace_ms = timeout_ms;
-  if (grace_ms > net->timeout_ms) grace_ms = net->timeout_ms;
-  p->setup_grace_ns = ms_to_ns(grace_ms);
+     grace (net->setup_grace_ms), the liveness timeout after. */
+  p->setup_grace_ns = ms_to_ns(net->setup_grace_ms > timeout_ms ? net->setup_grace_ms : timeout_ms);
   /* A byte from the predecessor may have come already (its stream opened early):
      then the liveness timeout applies from that byte on, with no grace. */
   long long never = 0;

@@ -44,8 +44,9 @@
    senders wait).  RUCCL_P2P_UNEXPECTED_MB sets another bound. */
 #define RUCCL_P2P_UNEXPECTED_MB 1024
 /* ms a node's predecessor has for its first beat after this node starts watching (it
-   may still be setting up); RUCCL_LIVENESS_SETUP_GRACE_MS sets another.  Never less
-   than the liveness timeout, never more than the session's timeout. */
+   may still be setting up), and a node awaited at set-up has to answer on its data
+   port; RUCCL_LIVENESS_SETUP_GRACE_MS sets another.  Never less than the liveness
+   timeout, never more than the session's timeout (session.c). */
 #define RUCCL_LIVENESS_SETUP_GRACE_MS 120000
 
 /* Where this node's peers' mailboxes are (global index -> mailbox, NULL when that

@@ -5,6 +5,7 @@
 #include "session.h"
 
 #include <openssl/crypto.h>
+#include <signal.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,25 @@ static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
     return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
   }
   return v;
+}
+
+/* The set-up grace (RUCCL_LIVENESS_SETUP_GRACE_MS, default 2 min): at least the
+   liveness timeout, at most the session's timeout; 0 when liveness is off. */
+static int64_t setup_grace_ms(int64_t liveness_ms, int64_t timeout_ms) {
+  if (liveness_ms <= 0) return 0;
+  int64_t grace_ms = RUCCL_LIVENESS_SETUP_GRACE_MS;
+  const char *e = getenv("RUCCL_LIVENESS_SETUP_GRACE_MS");
+  if (e && *e) {
+    char *end = NULL;
+    long long v = strtoll(e, &end, 10);
+    if (*end || v <= 0)
+      ruccl_log(1, "RUCCL_LIVENESS_SETUP_GRACE_MS=%s is not a number of ms: using %d", e, RUCCL_LIVENESS_SETUP_GRACE_MS);
+    else
+      grace_ms = v;
+  }
+  if (grace_ms < liveness_ms) grace_ms = liveness_ms;
+  if (grace_ms > timeout_ms) grace_ms = timeout_ms;
+  return grace_ms;
 }
 
 /* What every node must agree on, hashed (the secret is proven by the handshake).
@@ -138,6 +158,7 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     return src;
   }
   net->timeout_ms = cfg->timeout_ms;
+  net->setup_grace_ms = setup_grace_ms(liveness_ms, cfg->timeout_ms);
   net->cancel = &g->cancel;
   net->bootstrap = bootstrap;
   ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
@@ -160,7 +181,8 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
     for (unsigned i = 0; i < g->n; i++) me->peer_ids[i] = g->peer_ids_store[i];
     rc = bootstrap->join(bootstrap->ctx, cfg, net->key, me, deadline, &net->orchestrator_fd, &table);
     if (bootstrap == &ruccl_orchestrator_bootstrap) net->orchestrator_news = net->orchestrator_fd;
-    if (rc == RUCCL_OK && ruccl_testing_die_after_table()) _exit(7); /* a crash right after the table */
+    if (rc == RUCCL_OK && ruccl_testing_die_after_table() == 1) _exit(7); /* a crash right after the table */
+    if (rc == RUCCL_OK && ruccl_testing_die_after_table() == 2) raise(SIGSTOP); /* frozen right after it */
   }
   unsigned my_node = 0;
   if (rc == RUCCL_OK) {

@@ -227,7 +227,15 @@ ruccl_result_t ruccl_net_dial(ruccl_net_t *net, unsigned k, uint16_t type, const
   if (rc == RUCCL_ERR_TIMEOUT && connect_by < deadline_ns)
     rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u's data port at %s:%u does not answer: %s", k, net->nodes[k].address,
                     net->nodes[k].port, ruccl_last_error_detail());
-  if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->key, type, first, (uint32_t)(LINK_CONTEXT_BYTES + len), deadline_ns);
+  /* A frozen process's kernel still takes the connection; nothing answers it: lost
+     after the set-up grace, not the whole timeout. */
+  int64_t answer_by = net->setup_grace_ms > 0 ? ruccl_deadline_later(ruccl_now_ns(), net->setup_grace_ms) : deadline_ns;
+  if (answer_by > deadline_ns) answer_by = deadline_ns;
+  if (rc == RUCCL_OK) rc = ruccl_auth_client(*fd, net->key, type, first, (uint32_t)(LINK_CONTEXT_BYTES + len), answer_by);
+  if (rc == RUCCL_ERR_TIMEOUT && answer_by < deadline_ns)
+    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u's data port at %s:%u took the connection but answered nothing for "
+                    "%lld ms (RUCCL_LIVENESS_SETUP_GRACE_MS): its process is frozen or stuck", k,
+                    net->nodes[k].address, net->nodes[k].port, (long long)net->setup_grace_ms);
   if (rc != RUCCL_OK && *fd >= 0) close(*fd), *fd = -1;
   return rc;
 }
@@ -432,16 +440,25 @@ static ruccl_result_t orchestrator_news(ruccl_net_t *net) {
 /* Set-up: whether node k, awaited, is still there.  Its data port listened before it
    joined and stays open for its session: refused means its session ended, its process
    exited or its registration failed (a rendezvous through a store has no orchestrator to
-   say so).  The connection, when
-   taken, closes at once (the port drops it quietly). */
-static ruccl_result_t probe_node(ruccl_net_t *net, unsigned k) {
+   say so).  A port that takes the connection answers it with the handshake's first
+   frame at once; a frozen process's kernel still takes connections but nothing answers
+   (*silent).  The connection closes after a look (the port drops it quietly). */
+static ruccl_result_t probe_node(ruccl_net_t *net, unsigned k, int *silent) {
   int fd = -1;
+  *silent = 0;
   ruccl_result_t rc = ruccl_tcp_connect_ex(net->nodes[k].address, (int)net->nodes[k].port,
                                            ruccl_now_ns() + SETUP_PROBE_CONNECT_NS, 0, &fd);
+  if (rc == RUCCL_OK && fd >= 0) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r;
+    do r = poll(&p, 1, (int)(SETUP_PROBE_CONNECT_NS / 1000000)); while (r < 0 && errno == EINTR);
+    *silent = r == 0;
+  }
   if (fd >= 0) close(fd);
   if (rc == RUCCL_ERR_PEER_LOST)
     return ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: node %u's data port at %s:%u refuses connections: its session "
-                      "ended (its process exited or its registration failed) before it linked", net->me, k, net->nodes[k].address, net->nodes[k].port);
+                      "ended (its process exited or its registration failed) before it linked", net->me, k,
+                      net->nodes[k].address, net->nodes[k].port);
   return RUCCL_OK; /* there, or slow to answer: it may still link */
 }
 
@@ -449,11 +466,22 @@ static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
   for (unsigned k = net->me + 1; k < net->num_nodes; k++) {
     if (!setup_pair(net->me, k, net->num_nodes)) continue;
     int64_t probe_at = ruccl_now_ns() + SETUP_PROBE_NS;
+    int64_t silent_since = 0; /* the first of the probes in a row that nothing answered */
     for (unsigned naps = 0; link_fd(net, k) < 0; naps++) {
       ruccl_result_t rc = ruccl_net_session_state(net);
       if (rc == RUCCL_OK) rc = orchestrator_news(net);
       if (rc == RUCCL_OK && ruccl_now_ns() >= probe_at) {
-        rc = probe_node(net, k);
+        int silent = 0;
+        int64_t probed = ruccl_now_ns();
+        rc = probe_node(net, k, &silent);
+        if (!silent) silent_since = 0;
+        else if (!silent_since) silent_since = probed;
+        if (rc == RUCCL_OK && silent_since && net->setup_grace_ms > 0 &&
+            ruccl_now_ns() - silent_since >= net->setup_grace_ms * 1000000)
+          rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "node %u: node %u's data port at %s:%u takes connections but answered "
+                          "none for %lld ms (RUCCL_LIVENESS_SETUP_GRACE_MS): its process is frozen or stuck", net->me,
+                          k, net->nodes[k].address, net->nodes[k].port,
+                          (long long)((ruccl_now_ns() - silent_since) / 1000000));
         if (link_fd(net, k) >= 0) rc = RUCCL_OK; /* it linked meanwhile (and went since: the session will say) */
         probe_at = ruccl_now_ns() + SETUP_PROBE_NS;
       }

@@ -65,6 +65,9 @@ typedef struct ruccl_net {
   unsigned char key[RUCCL_AUTH_KEY_BYTES]; /* the handshake's, stretched from the secret (wire.h) */
   unsigned char session[RUCCL_SESSION_ID_BYTES]; /* this session's id: a digest of its table */
   int64_t timeout_ms; /* the session's: how long a finishing node waits for its peers to take what it sent */
+  /* How long a node may take connections on its data port and answer none of them
+     before set-up calls it lost (frozen); 0: until the timeout (liveness off). */
+  int64_t setup_grace_ms;
   unsigned char *bounce; /* reduce-on-receive staging */
   int64_t spin_ns, sleepy_ns; /* an idle wait on shared memory spins, then yields declared sleepy, then sleeps */
   struct ruccl_p2p_net *p2p; /* point-to-point streams (p2p_net.h) */
