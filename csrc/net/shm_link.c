@@ -14,10 +14,11 @@
  * plain load: no fence on the busy path.  A counter store that this load raced
  * with reached the sleeper's second look long before (the yielding lies between),
  * and every sleep is bounded besides (the caller's slice), so no wake-up is lost
- * for longer than that.  A side that sleeps at once instead (an eager one: on a
- * host with more processes than cores, where yielding wastes the core another
- * needs) says so in its doorbell, and its peer then fences between its counter
- * store and that load (Dekker's handshake with the sleeper's increment). */
+ * for longer than that.  A side that declares itself eager in its doorbell gets a
+ * fence from its peer between the counter store and that load (Dekker's handshake
+ * with the sleeper's increment), so that it may sleep with no while at all; a node
+ * on a host with more processes than cores declares it as well, so that no wake-up
+ * there rests on the while. */
 #include "shm_link.h"
 
 #include <dirent.h>

@@ -33,7 +33,6 @@
 
 #define BOUNCE_BYTES (256 * 1024)
 #define POLL_SLICE_MS 50
-#define CROWDED_SPIN_NS 3000 /* on a host with more processes than cores */
 #define SHM_SLEEP_NS 20000000   /* a sleep on a doorbell looks at the session at least this often */
 /* A connection's handshake during set-up: a session of a thousand processes on a few
    cores can keep an expected node from answering for seconds (2 s refused some) */
@@ -497,8 +496,10 @@ static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
 
 /* How this node waits on shared memory.  A host with no more of the session's
    processes than this process may run on: spin, yield a while, then sleep, as the
-   peer is most likely running.  One with more: barely spin and sleep at once, since
-   spinning or yielding keeps the core from the very process that is to answer. */
+   peer is most likely running.  One with more: do not spin (the process waited for
+   needs the core) but yield at once, declared sleepy, and sleep after the same
+   while: a yield hands the core to a runnable peer within the microsecond, where a
+   sleep makes every answer wait for a wake-up (docs/reference.md §2). */
 static void plan_waits(ruccl_net_t *net) {
   unsigned on_host = 1;
   const char *mine = net->nodes[net->me].host;
@@ -507,10 +508,10 @@ static void plan_waits(ruccl_net_t *net) {
   cpu_set_t set;
   unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 1;
   net->crowded = on_host > cores;
-  net->spin_ns = net->crowded ? CROWDED_SPIN_NS : RUCCL_SPIN_NS;
-  net->sleepy_ns = net->crowded ? 0 : RUCCL_SHM_SLEEPY_NS;
+  net->spin_ns = net->crowded ? 0 : RUCCL_SPIN_NS;
+  net->sleepy_ns = RUCCL_SHM_SLEEPY_NS;
   ruccl_log(2, "node %u: %u of the session's processes on this host, %u cores: %s waits", net->me, on_host, cores,
-            net->crowded ? "eager" : "spinning");
+            net->crowded ? "yielding" : "spinning");
 }
 
 /* The session's id: a digest of the group and the table, the same on every node and
