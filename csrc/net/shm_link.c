@@ -52,8 +52,9 @@ struct ruccl_shm_ring {
 
 typedef struct {
   _Alignas(64) atomic_uint bell;     /* bumped when the other side moved a counter */
-  _Alignas(64) atomic_uint sleepers; /* this side's threads asleep on bell */
+  _Alignas(64) atomic_uint sleepers; /* this side's threads declared sleepy: the bell is rung for them */
   atomic_uint eager;                  /* this side sleeps without a sleepy while: fence before reading sleepers */
+  atomic_uint waiting;                /* this side's threads in (or entering) the futex wait: woken */
 } doorbell_t;
 
 typedef struct {
@@ -140,6 +141,7 @@ ruccl_result_t ruccl_shm_create(ruccl_shm_link_t *l, char name[RUCCL_SHM_NAME_MA
     atomic_init(&s->door[i].bell, 0);
     atomic_init(&s->door[i].sleepers, 0);
     atomic_init(&s->door[i].eager, 0);
+    atomic_init(&s->door[i].waiting, 0);
   }
   return RUCCL_OK;
 }
@@ -174,12 +176,19 @@ void ruccl_shm_close(ruccl_shm_link_t *l) {
 
 static doorbell_t *door(const ruccl_shm_link_t *l, int side) { return &((segment_t *)l->map)->door[side]; }
 
-/* After a counter store: wakes the other side if it is sleepy. */
+/* After a counter store: rings the other side's bell if it is sleepy, and wakes it
+   if it waits.  A sleepy side mostly yields, and a futex wake-up with nobody asleep
+   is a system call for nothing (one per message on a crowded host, where a waiting
+   side declares itself sleepy at once).  The bump and the look at `waiting` are
+   sequentially consistent, as are the sleeper's increment of `waiting` and its read
+   of the bell: either the sleeper read the bumped bell (and then sees the counter
+   that came before it, and does not sleep), or this side sees it waiting and wakes it. */
 static void ring_peer(ruccl_shm_link_t *l) {
   doorbell_t *d = door(l, 1 - l->side);
   if (atomic_load_explicit(&d->eager, memory_order_relaxed)) atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&d->sleepers, memory_order_relaxed) == 0) return;
-  atomic_fetch_add_explicit(&d->bell, 1, memory_order_release);
+  atomic_fetch_add(&d->bell, 1);
+  if (atomic_load(&d->waiting) == 0) return;
   syscall(SYS_futex, &d->bell, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
@@ -189,14 +198,17 @@ void ruccl_shm_sleepy(ruccl_shm_link_t *l, int delta) { atomic_fetch_add(&door(l
 
 void ruccl_shm_wait(ruccl_shm_link_t *l, int want_read, int want_write, int64_t until_ns) {
   doorbell_t *d = door(l, l->side);
-  unsigned seen = atomic_load_explicit(&d->bell, memory_order_acquire);
+  atomic_fetch_add(&d->waiting, 1); /* before the bell is read (ring_peer) */
+  unsigned seen = atomic_load(&d->bell);
   int ready = 0;
   if (want_read) ready |= atomic_load(&l->rx->head) != atomic_load(&l->rx->tail);
   if (want_write) ready |= atomic_load(&l->tx->head) - atomic_load(&l->tx->tail) != RING_BYTES; /* room, or corrupt */
   int64_t left = until_ns - ruccl_now_ns();
-  if (ready || left <= 0) return;
-  struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
-  syscall(SYS_futex, &d->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+  if (!ready && left > 0) {
+    struct timespec ts = {.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
+    syscall(SYS_futex, &d->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+  }
+  atomic_fetch_sub(&d->waiting, 1);
 }
 
 size_t ruccl_shm_write(ruccl_shm_link_t *l, const void *buf, size_t len) {
