@@ -499,7 +499,13 @@ static ruccl_result_t await_setup_links(ruccl_net_t *net, int64_t deadline_ns) {
    peer is most likely running.  One with more: do not spin (the process waited for
    needs the core) but yield at once, declared sleepy, and sleep after the same
    while: a yield hands the core to a runnable peer within the microsecond, where a
-   sleep makes every answer wait for a wake-up (docs/reference.md §2). */
+   sleep makes every answer wait for a wake-up.  One with a throng (more than
+   THRONG_PER_CORE processes a core): sleep at once, for there the yields of the
+   many cost the one that is to answer more than its wake-up does (the ring's 8 B
+   all-reduce of 256 processes on 2 cores takes twice as long with them).
+   docs/reference.md §2 has the figures. */
+#define THRONG_PER_CORE 32
+
 static void plan_waits(ruccl_net_t *net) {
   unsigned on_host = 1;
   const char *mine = net->nodes[net->me].host;
@@ -508,10 +514,11 @@ static void plan_waits(ruccl_net_t *net) {
   cpu_set_t set;
   unsigned cores = sched_getaffinity(0, sizeof set, &set) == 0 ? (unsigned)CPU_COUNT(&set) : 1;
   net->crowded = on_host > cores;
+  int throng = on_host > THRONG_PER_CORE * cores;
   net->spin_ns = net->crowded ? 0 : RUCCL_SPIN_NS;
-  net->sleepy_ns = RUCCL_SHM_SLEEPY_NS;
+  net->sleepy_ns = throng ? 0 : RUCCL_SHM_SLEEPY_NS;
   ruccl_log(2, "node %u: %u of the session's processes on this host, %u cores: %s waits", net->me, on_host, cores,
-            net->crowded ? "yielding" : "spinning");
+            throng ? "sleeping" : net->crowded ? "yielding" : "spinning");
 }
 
 /* The session's id: a digest of the group and the table, the same on every node and
