@@ -14,7 +14,8 @@ address is RUCCL_NODE_ADDRESS when set, else the local address that routes towar
 the rendezvous host (MASTER_ADDR, or the TCPStore's host), else 127.0.0.1.
 
 Collective training (ruccl_pg.training): all_reduce_gradients(model) between
-backward() and optimizer.step(), and TrainingRecord, a collective atomic checkpoint.
+backward() and optimizer.step(), and TrainingRecord, a collective atomic checkpoint;
+ResumableDistributedSampler (ruccl_pg.data), whose position a TrainingRecord saves.
 """
 import os
 import socket
@@ -24,10 +25,12 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .data import ResumableDistributedSampler
+from .faults import fault_point
 from .training import TrainingRecord, all_reduce_gradients, parameter_fingerprint
 
 __all__ = ["ProcessGroupRuccl", "node_address", "version", "built_with_cuda", "all_reduce_gradients",
-           "parameter_fingerprint", "TrainingRecord"]
+           "parameter_fingerprint", "TrainingRecord", "ResumableDistributedSampler", "fault_point"]
 
 ProcessGroupRuccl = _C.ProcessGroupRuccl
 version = _C.version

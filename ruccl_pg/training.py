@@ -10,6 +10,7 @@ a user dict), one file per rank plus a manifest, committed atomically for the wh
 directory.
 """
 import concurrent.futures
+import copy
 import datetime
 import hashlib
 import json
@@ -20,6 +21,8 @@ import shutil
 
 import torch
 import torch.distributed as dist
+
+from .faults import fault_point
 
 __all__ = ["all_reduce_gradients", "parameter_fingerprint", "TrainingRecord"]
 
@@ -205,6 +208,7 @@ def all_reduce_gradients(model_or_named_params, op="mean", group=None, bucket_by
             torch.cat([g.reshape(-1) for g in bucket], out=flat)
         work = dist.all_reduce(flat, op=reduce_op, group=group, async_op=True)
         pending.append((work, flat, bucket, alone))
+    fault_point("collective")
     for work, flat, bucket, alone in pending:
         work.wait()
         if kind == "mean" and not native_avg:
@@ -366,8 +370,10 @@ class TrainingRecord:
     What a save holds, per rank: the model's state_dict, the optimizer's (its
     foreach/fused flags too), the LR scheduler's, every parameter's pending ``.grad``
     (a save between micro-batches resumes mid-accumulation), the counters, the RNG
-    states (torch CPU, CUDA when initialised, Python ``random``, NumPy when installed)
-    and ``extra`` (a user dict of plain data).  Beside the rank files, a manifest
+    states (torch CPU, CUDA when initialised, Python ``random``, NumPy when installed),
+    the data sampler's position (``sampler=``: anything with ``state_dict()`` and
+    ``load_state_dict()``, such as ruccl_pg.ResumableDistributedSampler) and ``extra``
+    (a user dict of plain data).  Beside the rank files, a manifest
     (manifest.json) gives the world size, each rank's file with its size and SHA-256,
     the parameters' fingerprint, the torch and ruccl versions and the creation time.
 
@@ -380,10 +386,15 @@ class TrainingRecord:
 
     The directory must be on a file system that every rank of the group sees."""
 
-    def __init__(self, model, optimizer=None, scheduler=None, *, group=None):
+    def __init__(self, model, optimizer=None, scheduler=None, *, sampler=None, group=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        if sampler is not None and not (callable(getattr(sampler, "state_dict", None))
+                                        and callable(getattr(sampler, "load_state_dict", None))):
+            raise TypeError(f"sampler must have state_dict() and load_state_dict() (as "
+                            f"ruccl_pg.ResumableDistributedSampler has), got {type(sampler).__name__}")
         self.model, self.optimizer, self.scheduler, self.group = model, optimizer, scheduler, group
+        self.sampler = sampler
         self.step = 0
         self.epoch = 0
         self.micro_batch = 0
@@ -443,6 +454,9 @@ class TrainingRecord:
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
             state["scheduler_class"] = type(self.scheduler).__name__
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.state_dict()
+            state["sampler_class"] = type(self.sampler).__name__
         return state
 
     # ---- save ----
@@ -506,6 +520,7 @@ class TrainingRecord:
             error = f"{type(e).__name__}: {e}"
         infos = self._gather(info, error, f"{what}, nothing was saved",
                              failed=(lambda: shutil.rmtree(tmp, ignore_errors=True)) if rank == 0 else None)
+        fault_point("save-files")
         # 3. rank 0 writes the manifest last and commits the directory
         error = None
         if rank == 0:
@@ -557,6 +572,7 @@ class TrainingRecord:
             state = self._read(path, world, rank, map_location)
         except Exception as e:  # noqa: BLE001 - reported on every rank
             error = f"{e}"
+        fault_point("load")
         self._gather(None, error, what)
         self._apply(state)  # _read checked every part against this record: nothing here fails half-way
         return self._counters()
@@ -596,13 +612,15 @@ class TrainingRecord:
             verified.result()
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ValueError(f"{entry['file']} is not a {FORMAT} rank file")
-        for part, obj in (("optimizer", self.optimizer), ("scheduler", self.scheduler)):
+        for part, obj in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("sampler", self.sampler)):
             if (obj is None) != (part not in state):
                 raise ValueError(f"the checkpoint {'has' if part in state else 'has no'} {part} state, but this "
                                  f"record {'has no' if obj is None else 'has a'} {part}")
             if obj is not None and state[f"{part}_class"] != type(obj).__name__:
                 raise ValueError(f"saved with a {state[f'{part}_class']} {part}, this record has a "
                                  f"{type(obj).__name__}")
+        if self.sampler is not None:  # its own checks (length, world), on a copy: nothing changes yet
+            copy.deepcopy(self.sampler).load_state_dict(state["sampler"])
         model_state = self.model.state_dict()
         saved_model = state.get("model", {})
         for k, v in model_state.items():
@@ -630,6 +648,8 @@ class TrainingRecord:
                             g[k] = v
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state["sampler"])
         for n, p in _named_params(self.model):
             g = state["grads"].get(n)
             p.grad = None if g is None else g.to(device=p.device)

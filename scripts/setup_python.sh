@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# setup_python.sh — the Python side's dependencies (torch pinned: the CPU wheel this
-# project builds against), installed only when missing, then the ruccl_pg extension
+# setup_python.sh — the Python side's dependencies (requirements.txt; torch pinned: the
+# CPU wheel this project builds against), installed only when missing, then the ruccl_pg extension
 # built in place (incrementally: the C core in build/torch-core, the shim by torch's
 # cpp_extension).
 set -euo pipefail
@@ -10,7 +10,9 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] 
   echo "setup: installing torch==2.13.0"
   "$py" -m pip install -q torch==2.13.0
 fi
-for mod in pytest expecttest wheel; do
-  "$py" -c "import $mod" 2>/dev/null || { echo "setup: installing $mod"; "$py" -m pip install -q "$mod"; }
+# the rest of requirements.txt: the test runner, and what the example trainer uses
+for pair in pytest:pytest expecttest:expecttest wheel:wheel sklearn:scikit-learn tqdm:tqdm matplotlib:matplotlib; do
+  mod="${pair%%:*}" pkg="${pair#*:}"
+  "$py" -c "import $mod" 2>/dev/null || { echo "setup: installing $pkg"; "$py" -m pip install -q "$pkg"; }
 done
 (cd "$root" && "$py" setup.py -q build_ext --inplace >/dev/null)
