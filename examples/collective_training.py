@@ -318,6 +318,11 @@ def main(argv=None):
             dist.destroy_process_group()
         except Exception as e:  # noqa: BLE001
             print(f"rank {rank}: error: {e}", file=sys.stderr, flush=True)
+            if dist.is_initialized():  # as a user's `finally` would: it must not hang after PEER_LOST
+                try:
+                    dist.destroy_process_group()
+                except Exception as e2:  # noqa: BLE001
+                    print(f"rank {rank}: destroy_process_group: {e2}", file=sys.stderr, flush=True)
             return 1
         return 0
     import torch.multiprocessing as mp

@@ -2,12 +2,14 @@
 moment of a training run, so that a test of "killed there, restarted, bit-identical"
 is deterministic.  Not for production use; nothing happens unless RUCCL_FAULT is set.
 
-    RUCCL_FAULT=POINT:N[:RANK[:kill|stop]]
+    RUCCL_FAULT=POINT:N[:RANK[:kill|stop]][@RUN][,...]
 
-fires the N-th time (1-based) this process reaches POINT, on the rank RANK only (of the default process
-group, else the RANK environment variable; every rank when omitted): ``kill``
-(default) is SIGKILL, ``stop`` is SIGSTOP.  It fires only in a job's first run (torchrun's
-TORCHELASTIC_RESTART_COUNT unset or 0), so the restarted job runs through.
+fires the N-th time (1-based) this process reaches POINT, on the rank RANK only (of the
+default process group, else the RANK environment variable; every rank when omitted):
+``kill`` (default) is SIGKILL, ``stop`` is SIGSTOP.  It fires only in the job's run RUN
+(torchrun's TORCHELASTIC_RESTART_COUNT; 0, the first run, by default), so the restarted
+job runs through; several faults, separated by commas, may name different runs (a kill
+in run 0, then one during run 1's load).
 
 The points ruccl_pg itself reaches:
 
@@ -29,34 +31,40 @@ __all__ = ["fault_point", "POINTS"]
 POINTS = ("collective", "save-files", "load", "backward")
 
 _counts = {}
-_spec = None
+_specs = None
 
 
-def _parse(text):
-    parts = text.split(":")
+def _parse_one(text):
+    spec, _, run = text.partition("@")
+    parts = spec.split(":")
     if len(parts) < 2 or len(parts) > 4 or not parts[0]:
-        raise ValueError(f"RUCCL_FAULT={text!r}: expected POINT:N[:RANK[:kill|stop]]")
+        raise ValueError(f"RUCCL_FAULT: {text!r}: expected POINT:N[:RANK[:kill|stop]][@RUN]")
     point = parts[0]
     try:
         nth = int(parts[1])
         rank = int(parts[2]) if len(parts) > 2 and parts[2] != "" else None
+        run = int(run) if run else 0
     except ValueError:
-        raise ValueError(f"RUCCL_FAULT={text!r}: N and RANK must be integers") from None
+        raise ValueError(f"RUCCL_FAULT: {text!r}: N, RANK and RUN must be integers") from None
     how = parts[3] if len(parts) > 3 else "kill"
     if nth < 1:
-        raise ValueError(f"RUCCL_FAULT={text!r}: N counts from 1")
+        raise ValueError(f"RUCCL_FAULT: {text!r}: N counts from 1")
     if how not in ("kill", "stop"):
-        raise ValueError(f"RUCCL_FAULT={text!r}: the fault is 'kill' or 'stop', not {how!r}")
-    return point, nth, rank, how
+        raise ValueError(f"RUCCL_FAULT: {text!r}: the fault is 'kill' or 'stop', not {how!r}")
+    return point, nth, rank, how, run
+
+
+def parse(text):
+    """The faults RUCCL_FAULT's text names, as (point, n, rank, how, run) tuples."""
+    return [_parse_one(t.strip()) for t in text.split(",") if t.strip()]
 
 
 def _armed():
-    global _spec
-    if _spec is None:
-        text = os.environ.get("RUCCL_FAULT", "")
-        first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
-        _spec = _parse(text) if text and first_run else ()
-    return _spec
+    global _specs
+    if _specs is None:
+        run = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        _specs = [s for s in parse(os.environ.get("RUCCL_FAULT", "")) if s[4] == run]
+    return _specs
 
 
 def _my_rank():
@@ -70,16 +78,12 @@ def _my_rank():
 def fault_point(name):
     """Counts this process's arrival at the point ``name`` and, when RUCCL_FAULT names
     this arrival, kills or stops the process here (see the module's doc)."""
-    spec = _armed()
-    if not spec:
-        return
-    point, nth, rank, how = spec
-    if name != point:
-        return
-    if rank is not None and _my_rank() != rank:
+    specs = _armed()
+    if not specs:
         return
     _counts[name] = _counts.get(name, 0) + 1
-    if _counts[name] != nth:
-        return
-    os.write(2, f"RUCCL_FAULT: {how} at {name} #{nth} (pid {os.getpid()})\n".encode())
-    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    for point, nth, rank, how, _ in specs:
+        if point != name or _counts[name] != nth or (rank is not None and _my_rank() != rank):
+            continue
+        os.write(2, f"RUCCL_FAULT: {how} at {name} #{nth} (pid {os.getpid()})\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSTOP)

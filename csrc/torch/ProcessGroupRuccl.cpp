@@ -643,6 +643,11 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
         fail(RUCCL_ERR_TIMEOUT, std::string("the session secret did not come through the store: ") + e.what());
       }
     }
+    // A training job wants a frozen rank found in seconds, not the core's 30 s: torchrun
+    // restarts the job from its last checkpoint only once every survivor has exited.
+    // RUCCL_LIVENESS_TIMEOUT_MS still decides where it is set (0: no watch).
+    const char *liveness = std::getenv("RUCCL_LIVENESS_TIMEOUT_MS");
+    if (!liveness || !*liveness) check(ruccl_config_set_liveness_timeout_ms(&cfg, kTrainingLivenessTimeoutMs));
     ruccl_store_t st{store_set, store_get, store_add, o.store.get()};
     check(ruccl_config_set_num_nodes(&cfg, static_cast<unsigned>(o.size)));
     check(ruccl_config_set_store(&cfg, &st));

@@ -36,6 +36,12 @@ extern "C" {
 
 namespace ruccl_torch {
 
+// The backend's liveness timeout where RUCCL_LIVENESS_TIMEOUT_MS is unset: a rank that is
+// frozen (SIGSTOP, a hung host) is RUCCL_ERR_PEER_LOST on every survivor after about this
+// long.  Its heartbeat thread beats whatever Python does, so only a stopped or starved
+// process is silent this long; reference §4 says why 10 s.
+constexpr int64_t kTrainingLivenessTimeoutMs = 10000;
+
 // What the Python registration hands over (torch's DistributedBackendOptions and
 // what ruccl_pg works out: this node's address).
 struct RucclOptions {
