@@ -193,6 +193,8 @@ def train_digits(rank, world, args):
 
     for p in model.parameters():
         p.register_hook(hook)
+    if rank == 0:  # the process group is formed and the state restored: training begins
+        print(f"train: training from step {record.step} of {args.steps}", file=sys.stderr, flush=True)
     bar = None
     if rank == 0 and not args.no_progress:
         from tqdm import tqdm
@@ -243,6 +245,12 @@ def train_digits(rank, world, args):
         print(f"train: test accuracy {100 * acc:.2f}% after {record.step} steps ({record.epoch + 1} epochs, "
               f"{samples_per_step} samples a step); wall time {time.monotonic() - started:.1f} s; "
               f"plot: {png}", file=sys.stderr, flush=True)
+    # The job's end is collective too: no rank leaves before every rank has done its last
+    # work (the final save, the evaluation, rank 0's plot), so a rank that dies or freezes
+    # there is seen by the others (PEER_LOST), and torchrun restarts the job.
+    dist.barrier()
+    if rank == 0:
+        print("train: finished", file=sys.stderr, flush=True)
     return f"rank {rank} final checksum: {checksum(model)}"
 
 

@@ -9,8 +9,8 @@ torchrun: does it end bit for bit where an uninterrupted job ends, and how soon?
 First it runs the example trainer (examples/collective_training.py train) once,
 uninterrupted, under `torchrun --nproc-per-node 4 --max-restarts 3`, and records the
 reference checksums and wall time (per layout).  Then each trial starts the same job
-and, at a random moment (uniform over --window of the reference's wall time after
-the start), injects one fault from outside, as a user's machine would:
+and, at a random moment of its training (uniform over --window of the reference's
+training phase, below), injects one fault from outside, as a user's machine would:
 
     kill      SIGKILL of a random worker
     stop      SIGSTOP of a random worker (frozen: its sockets stay open)
@@ -18,6 +18,23 @@ the start), injects one fault from outside, as a user's machine would:
               of 2 workers on 127.0.0.1 with c10d rendezvous; the fault is on the second
               group, so the first one's workers learn of it through the backend (or the
               rendezvous), not from their own agent
+
+The training phase runs from rank 0's "train: training from step" (the group is formed
+and the state restored) to its "train: finished" (the job's last collective, a barrier
+after the final save, evaluation and plot).  Two other phases can be asked for, and are
+reported apart, because no backend can cover them:
+
+    --phase start-up   uniform over the reference's time to start training (importing
+                       torch, forming the group): a worker frozen before it joined the
+                       group is known to nobody and is found at the process group's timeout
+    --phase exit       uniform over the reference's time from "finished" to the job's end:
+                       a worker frozen after its last exchange has nobody left to notice
+                       it; torchrun waits for it for ever (a hang on any backend)
+
+A trial is recorded under the phase its fault landed in, whatever --phase asked for: a
+job runs a little faster or slower than its reference, so a fault meant for the end of
+the training can land after the last collective (rank 0 said "finished" in the first
+run, or its survivors printed their checksums, before they exited).
 
 A trial passes when every agent exits 0 and every rank prints the reference checksum.
 It measures detection (from the fault until every other worker of the old group has
@@ -41,6 +58,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "collective_training.py")
 KINDS = ("kill", "stop", "kill2")
+PHASES = ("start-up", "training", "exit")
+TRAINING = "train: training from step"  # rank 0's stderr: the group is formed, training begins
+FINISHED = "train: finished"  # rank 0's stderr: the job's last collective (a barrier) is done
+CHECKSUM = " final checksum: "  # every rank's stdout, after the last barrier
 
 
 def free_port():
@@ -92,6 +113,25 @@ class Job:
             if layout == "two" and i == 0:
                 time.sleep(0.3)  # the first agent hosts the rendezvous store
 
+    def said(self, marker):
+        """Whether rank 0 has written `marker` to its stderr yet."""
+        for _, err in self.logs:
+            err.flush()
+            with open(err.name) as f:
+                if marker in f.read():
+                    return True
+        return False
+
+    def wait_marker(self, marker, deadline):
+        """The monotonic time at which rank 0 said `marker` (polled every 10 ms), or None."""
+        while time.monotonic() < deadline:
+            if self.said(marker):
+                return time.monotonic()
+            if all(a.poll() is not None for a in self.agents):
+                return None
+            time.sleep(0.01)
+        return None
+
     def workers(self, agent=None):
         agents = self.agents if agent is None else [self.agents[agent]]
         return [w for a in agents for w in children(a.pid) if alive(w)]
@@ -117,8 +157,22 @@ class Job:
             except subprocess.TimeoutExpired:
                 pass
 
+    def past_the_end(self):
+        """Whether the run so far got past its last collective: rank 0 said "finished" or a
+        rank printed its checksum (both come after the final barrier).  Asked once the old
+        group's survivors have exited, it says whether a fault came after the victim had
+        reached the job's last collective."""
+        for out, err in self.logs:
+            for f in (out, err):
+                f.flush()
+                with open(f.name) as g:
+                    text = g.read()
+                if FINISHED in text or CHECKSUM in text:
+                    return True
+        return False
+
     def result(self):
-        """(exit codes, the checksum of each rank that printed one, stderr tail)."""
+        """(exit codes, the last checksum each rank printed, stderr tail)."""
         codes = [a.returncode for a in self.agents]
         sums, tail = {}, []
         for out, err in self.logs:
@@ -128,7 +182,7 @@ class Job:
                 if len(parts) == 5 and parts[0] == "rank" and parts[2:4] == ["final", "checksum:"]:
                     sums[int(parts[1])] = parts[4]
             err.seek(0)
-            tail += [line.rstrip() for line in err.readlines()[-5:]]
+            tail += err.read().splitlines()[-5:]
             out.close()
             err.close()
         return codes, sums, tail
@@ -137,7 +191,9 @@ class Job:
 def run_reference(args, layout, workdir, env):
     directory = os.path.join(workdir, f"reference-{layout}")
     job = Job(args, layout, directory, env)
-    ok = job.wait(job.started + 600)
+    ready = job.wait_marker(TRAINING, job.started + 600)
+    finished = ready and job.wait_marker(FINISHED, job.started + 600)
+    ok = finished is not None and job.wait(job.started + 600)
     wall = time.monotonic() - job.started
     if not ok:
         job.kill()
@@ -145,7 +201,8 @@ def run_reference(args, layout, workdir, env):
     if not ok or any(codes) or len(sums) != 4 or len(set(sums.values())) != 1:
         sys.exit(f"fault_drill: the reference job ({layout}) failed: exit codes {codes}, checksums {sums}\n"
                  + "\n".join(tail))
-    return {"layout": layout, "wall_s": wall, "checksums": sums}
+    return {"layout": layout, "wall_s": wall, "start_s": ready - job.started, "train_s": finished - ready,
+            "exit_s": job.started + wall - finished, "checksums": sums}
 
 
 def trial(args, kind, index, ref, workdir, env, rng):
@@ -153,7 +210,13 @@ def trial(args, kind, index, ref, workdir, env, rng):
     directory = os.path.join(workdir, f"{kind}-{index}")
     job = Job(args, layout, directory, env)
     lo, hi = args.window
-    fault_at = job.started + rng.uniform(lo, hi) * ref["wall_s"]
+    bound = job.started + 3 * ref["wall_s"] + args.pg_timeout
+    if args.phase == "start-up":
+        fault_at = job.started + rng.uniform(lo, hi) * ref["start_s"]
+    elif args.phase == "training":
+        fault_at = (job.wait_marker(TRAINING, bound) or time.monotonic()) + rng.uniform(lo, hi) * ref["train_s"]
+    else:
+        fault_at = (job.wait_marker(FINISHED, bound) or time.monotonic()) + rng.uniform(lo, hi) * ref["exit_s"]
     while time.monotonic() < fault_at:
         time.sleep(0.005)
     # the old group: the workers alive now (wait for them if the job is still starting)
@@ -163,7 +226,7 @@ def trial(args, kind, index, ref, workdir, env, rng):
         if candidates or time.monotonic() > job.started + 120:
             break
         time.sleep(0.005)
-    record = {"backend": args.backend, "kind": kind, "trial": index, "steps": args.steps,
+    record = {"backend": args.backend, "kind": kind, "phase": args.phase, "trial": index, "steps": args.steps,
               "save_every": args.save_every, "pg_timeout_s": args.pg_timeout,
               "fault_after_s": round(time.monotonic() - job.started, 3)}
     detection = None
@@ -171,13 +234,15 @@ def trial(args, kind, index, ref, workdir, env, rng):
         victim = rng.choice(candidates)
         os.kill(victim, signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
         t_fault = time.monotonic()
+        trained_at_fault = job.said(TRAINING)
         survivors = [w for w in group if w != victim]
-        bound = job.started + 3 * ref["wall_s"] + args.pg_timeout
         while any(alive(w) for w in survivors) and time.monotonic() < bound:
             time.sleep(0.005)
         if not any(alive(w) for w in survivors):
             detection = time.monotonic() - t_fault
-    ended = job.wait(job.started + 3 * ref["wall_s"] + args.pg_timeout)
+        # where the fault landed, whatever was asked (the old group is gone: no restart has printed yet)
+        record["phase"] = "exit" if job.past_the_end() else "training" if trained_at_fault else "start-up"
+    ended = job.wait(bound)
     wall = time.monotonic() - job.started
     if not ended:
         job.kill()
@@ -208,10 +273,12 @@ def percentile(values, q):
 def table(records):
     rows = ["| backend | fault | trials | bit-identical | hangs | detection p50 / p99 (s) | recovery p50 / p99 (s) |",
             "|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["backend"], r["kind"]) for r in records if "kind" in r},
-                  key=lambda k: (k[0] != "ruccl", k[0], KINDS.index(k[1]) if k[1] in KINDS else 9))
-    for backend, kind in keys:
-        rs = [r for r in records if r.get("backend") == backend and r.get("kind") == kind]
+    keys = sorted({(r["backend"], r["kind"], r.get("phase", "training")) for r in records if "kind" in r},
+                  key=lambda k: (k[0] != "ruccl", k[0], k[2] != "training", KINDS.index(k[1]) if k[1] in KINDS else 9))
+    for backend, kind, phase in keys:
+        rs = [r for r in records
+              if r.get("backend") == backend and r.get("kind") == kind and r.get("phase", "training") == phase]
+        kind = kind if phase == "training" else f"{kind} ({phase})"
         det = [r["detection_s"] for r in rs if r.get("detection_s") is not None]
         rec = [r["recovery_s"] for r in rs if r.get("recovery_s") is not None]
         fmt = lambda v: f"{percentile(v, 50):.2f} / {percentile(v, 99):.2f}" if v else "-"  # noqa: E731
@@ -244,10 +311,13 @@ def main(argv=None):
     p.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds, of {','.join(KINDS)}")
     p.add_argument("--steps", type=int, default=400, help="the job's steps (default 400)")
     p.add_argument("--save-every", type=int, default=50)
-    p.add_argument("--pg-timeout", type=float, default=30.0,
-                   help="the process group's timeout on either backend, seconds (default 30)")
-    p.add_argument("--window", type=float, nargs=2, default=(0.25, 0.95), metavar=("LO", "HI"),
-                   help="the fault comes at uniform(LO, HI) x the reference's wall time after the start")
+    p.add_argument("--pg-timeout", type=float, default=60.0,
+                   help="the process group's timeout on either backend, seconds (default 60)")
+    p.add_argument("--phase", choices=PHASES, default="training",
+                   help="where the fault falls: in the job's start, its training (default: from the group's "
+                        "forming to its last collective) or its exit")
+    p.add_argument("--window", type=float, nargs=2, default=(0.0, 1.0), metavar=("LO", "HI"),
+                   help="the fault comes at uniform(LO, HI) x the reference's time of that phase into it")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", default=os.path.join(ROOT, "docs", "fault_drill.json"))
     p.add_argument("--workdir", default=None, help="where the jobs' directories go (default: a fresh temporary one)")
@@ -273,7 +343,7 @@ def main(argv=None):
     for layout in sorted({"two" if k == "kill2" else "one" for k in kinds}):
         refs[layout] = run_reference(args, layout, workdir, env)
         print(f"reference ({args.backend}, {layout} agent{'s' if layout == 'two' else ''}): "
-              f"{refs[layout]['wall_s']:.1f} s, checksum {next(iter(refs[layout]['checksums'].values()))[:16]}...",
+              f"{refs[layout]['wall_s']:.1f} s ({refs[layout]['start_s']:.1f} s to start training), checksum {next(iter(refs[layout]['checksums'].values()))[:16]}...",
               flush=True)
     if "one" in refs and "two" in refs and refs["one"]["checksums"] != refs["two"]["checksums"]:
         sys.exit("fault_drill: the one-agent and two-agent references end with different checksums")
