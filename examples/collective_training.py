@@ -61,6 +61,18 @@ def checksum(model):
     return h.hexdigest()
 
 
+def update(model, optimizer, scheduler, record):
+    """The end of an update, after its last micro-batch's backward()."""
+    import ruccl_pg
+
+    ruccl_pg.all_reduce_gradients(model)  # the mean over the ranks, before the step
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    record.step += 1
+    record.micro_batch = 0
+
+
 def train(rank, world, args):
     import ruccl_pg
 
@@ -94,12 +106,7 @@ def train(rank, world, args):
             if (args.command == "run" and args.save_between_micro_batches and record.step == 0
                     and record.micro_batch == 1):
                 save()
-        ruccl_pg.all_reduce_gradients(model)  # the mean over the ranks, before the step
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        record.step += 1
-        record.micro_batch = 0
+        update(model, optimizer, scheduler, record)
         if args.command == "run" and not args.save_between_micro_batches and record.step == 1:
             save()
     return f"rank {rank} final checksum: {checksum(model)}"
@@ -215,12 +222,7 @@ def train_digits(rank, world, args):
             loss.backward()
             loss_sum += loss.detach()
             record.micro_batch = micro + 1
-        ruccl_pg.all_reduce_gradients(model)  # the mean over the ranks, before the step
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        record.step += 1
-        record.micro_batch = 0
+        update(model, optimizer, scheduler, record)
         dist.all_reduce(loss_sum)  # for the log only: the weights never see it
         history["step"].append(record.step)
         history["loss"].append(loss_sum.item() / world)

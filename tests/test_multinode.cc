@@ -853,6 +853,48 @@ TEST(MultiNode, StoreRendezvousConfigMismatchIsSeenByEveryNode) {
   }
 }
 
+// A job restarted on the same store (torchrun keeps its store across restarts) after an
+// attempt that died while it started: two nodes of a 4-node group took their tickets and
+// published, then were killed before the other two came.  The next attempt's first two
+// nodes land in that dead session, the other two in the next one; without a check every
+// restart would split the same way.  The first two see the dead session's first node
+// gone (its data port refuses) and take new tickets: all four meet in the next session,
+// long before the registration's 20 s timeout.
+TEST(MultiNode, StoreRendezvousSkipsADeadAttemptsSession) {
+  StoreDir dir;
+  std::vector<pid_t> dead;
+  for (int k = 0; k < 2; k++) dead.push_back(spawn_node({"dir:" + dir.path, "4", "viastore", std::to_string(k), "all"}));
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int k = 0; k < 2; k++) {
+    std::string key = dir.path + "/ruccl_viastore_0_node_" + std::to_string(k);
+    while (access(key.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(0, access(key.c_str(), F_OK)) << "the first attempt's node did not publish its JOIN";
+  }
+  for (pid_t p : dead) {
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  std::vector<pid_t> pids;
+  std::vector<std::string> logs;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < 4; k++) {
+    logs.push_back(dir.path + "-node" + std::to_string(k) + ".log");
+    pids.push_back(spawn_node({"dir:" + dir.path, "4", "viastore", std::to_string(k), "all"}, kSecret, "", logs.back()));
+  }
+  std::vector<int> codes = wait_all(pids, 60);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string all;
+  for (const auto &log : logs) {
+    all += read_file(log);
+    unlink(log.c_str());
+  }
+  EXPECT_EQ(std::vector<int>(4, 0), codes) << all.substr(0, 4000);
+  EXPECT_NE(std::string::npos, all.find("is a dead attempt's")) << "no node skipped the dead session:\n"
+                                                                   << all.substr(0, 4000);
+  EXPECT_LT(took, 15.0) << "the restarted nodes waited for the timeout";
+}
+
 // The same crash with a rendezvous through a store (as under torch): no orchestrator
 // says the node went, but its data port, open since before it joined, now refuses
 // connections; a node awaiting its link probes it each second, so every survivor

@@ -5,11 +5,23 @@
    the group (so a store that outlives one session serves the next), and ticket t
    publishes its JOIN under ".../<k>/node/<t mod N>".  Every node then reads all N
    JOINs and checks them itself: a differing configuration or a peer id claimed twice
-   is seen by every node, with the same code the orchestrator would give. */
+   is seen by every node, with the same code the orchestrator would give.
+
+   A job restarted on the same store (torchrun keeps its store across restarts) may
+   find the counter off a session's boundary: an attempt whose nodes took some tickets
+   of a session, then died before the rest did (a worker killed while it started).
+   The next attempt's first nodes then land in that dead session, the others in the
+   next one, and every restart would repeat it.  So a node checks that its session is
+   alive: the node of the session's first ticket listened before it joined and stays
+   there until its own table is complete (it then counts itself in ".../<k>/complete").
+   If that node's data port refuses connections and nobody of the session ever
+   completed, the session is a dead attempt's leftover: the node takes the next ticket
+   instead, and the attempt's nodes meet in the next session. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../error.h"
 #include "../transport.h"
@@ -41,22 +53,41 @@ static ruccl_result_t check_table(const ruccl_join_t *me, const ruccl_table_t *t
   return RUCCL_OK;
 }
 
-static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const unsigned char auth_key[RUCCL_AUTH_KEY_BYTES],
-                                 const ruccl_join_t *me, int64_t deadline_ns, int *handle, ruccl_table_t *table) {
-  (void)ctx, (void)auth_key; /* the store is trusted as torch's is: the links authenticate */
-  const ruccl_store_t *st = &cfg->store;
+/* Whether session `session`, whose first ticket's JOIN is `first`, is a dead attempt's
+   leftover (see above).  Any doubt (the port answers, the store fails) says no: the
+   set-up then reports what it finds, as it always did. */
+static int dead_session(const ruccl_store_t *st, const char *group, int64_t session, const ruccl_join_t *first) {
+  int fd = -1;
+  ruccl_result_t rc = ruccl_tcp_connect_ex(first->address, (int)first->data_port,
+                                           ruccl_now_ns() + 2000LL * 1000000, 0, &fd);
+  if (fd >= 0) close(fd); /* there: a data port drops a probe quietly */
+  if (rc != RUCCL_ERR_PEER_LOST) return 0;
+  char key[RUCCL_MAX_GROUP_NAME + 64];
+  int64_t completed = 0;
+  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/complete", group, session);
+  return st->add(st->ctx, key, 0, &completed) == RUCCL_OK && completed == 0;
+}
+
+/* One ticket: publishes `me` in its session and reads that session's N JOINs into
+   `table` (sorted by nothing yet: index = ticket order).  *dead says the session is a
+   dead attempt's leftover (the caller takes another ticket). */
+static ruccl_result_t join_session(const ruccl_store_t *st, const ruccl_join_t *me, int64_t deadline_ns,
+                                   ruccl_table_t *table, int64_t *session_out, int *dead) {
   uint32_t n = me->num_nodes;
   char key[RUCCL_MAX_GROUP_NAME + 64];
   int64_t ticket = 0;
+  *dead = 0;
   snprintf(key, sizeof key, "ruccl/%s/joins", me->group);
   ruccl_result_t rc = store_rc(st->add(st->ctx, key, 1, &ticket), "add", key);
   if (rc != RUCCL_OK) return rc;
   if (ticket < 1) return ruccl_fail(RUCCL_ERR_PROTOCOL, "store: counter '%s' gave %" PRId64, key, ticket);
   int64_t session = (ticket - 1) / n;
+  uint32_t index = (uint32_t)((ticket - 1) % n);
+  *session_out = session;
   size_t len = 0;
   unsigned char *wire = ruccl_join_encode(me, &len);
   if (!wire) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
-  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/node/%" PRId64, me->group, session, (ticket - 1) % n);
+  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/node/%u", me->group, session, index);
   rc = store_rc(st->set(st->ctx, key, wire, len), "set", key);
   free(wire);
   const size_t cap = RUCCL_WIRE_MAX_CONTROL; /* a longer value is no JOIN */
@@ -75,9 +106,37 @@ static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const uns
     if (rc == RUCCL_OK && got > cap)
       rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "store: '%s' holds %zu bytes, no JOIN is that long", key, got);
     if (rc == RUCCL_OK) rc = ruccl_join_decode(buf, got, &table->nodes[k]);
+    /* the first ticket's node, once its JOIN is here: is the session alive? */
+    if (rc == RUCCL_OK && k == 0 && index != 0 && dead_session(st, me->group, session, &table->nodes[0])) {
+      ruccl_log(1, "store: session %" PRId64 " of group '%s' is a dead attempt's (its first node, %s:%u, is gone "
+                "and nobody completed it): taking another ticket", session, me->group, table->nodes[0].address,
+                table->nodes[0].data_port);
+      *dead = 1;
+      break;
+    }
   }
   free(buf);
+  if (rc != RUCCL_OK || *dead) ruccl_table_free(table);
+  return rc;
+}
+
+static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const unsigned char auth_key[RUCCL_AUTH_KEY_BYTES],
+                                 const ruccl_join_t *me, int64_t deadline_ns, int *handle, ruccl_table_t *table) {
+  (void)ctx, (void)auth_key; /* the store is trusted as torch's is: the links authenticate */
+  const ruccl_store_t *st = &cfg->store;
+  int64_t session = 0;
+  int dead = 1;
+  ruccl_result_t rc = RUCCL_OK;
+  while (rc == RUCCL_OK && dead) rc = join_session(st, me, deadline_ns, table, &session, &dead);
   if (rc == RUCCL_OK) rc = check_table(me, table);
+  if (rc != RUCCL_OK) {
+    ruccl_table_free(table);
+    return rc;
+  }
+  char key[RUCCL_MAX_GROUP_NAME + 64];
+  int64_t completed = 0;
+  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/complete", me->group, session);
+  rc = store_rc(st->add(st->ctx, key, 1, &completed), "add", key);
   if (rc != RUCCL_OK) {
     ruccl_table_free(table);
     return rc;

@@ -283,23 +283,25 @@ std::string group_name_for(const std::string &group_id) {
   return name;
 }
 
-// Rank 0 draws a random secret for the session and shares it through the store.
-// Each rank takes one ticket per session: tickets [k*size, (k+1)*size) are session
-// k's, so a store that outlives a session serves the next one too.
-std::string shared_secret(c10d::Store &store, const std::string &base, int rank, int size,
+// Rank 0 draws a random secret for the group and shares it through the store, once
+// for the store's lifetime: every later session of the group on this store (a
+// torchrun restart keeps its store) reads the same one, so no session can read
+// another attempt's secret, whichever ranks of an attempt died before they got here.
+std::string shared_secret(c10d::Store &store, const std::string &base, int rank,
                           std::chrono::milliseconds timeout) {
-  int64_t session = (store.add(base + "/secret_tickets", 1) - 1) / size;
-  const std::string key = base + "/secret/" + std::to_string(session);
-  if (rank == 0) {
+  const std::string key = base + "/secret";
+  if (rank == 0 && !store.check({key})) {
     std::random_device rd;
     std::vector<uint8_t> bytes(32);
     for (auto &b : bytes) b = static_cast<uint8_t>(rd() & 0xff);
     store.set(key, bytes);
-    return std::string(bytes.begin(), bytes.end());
+    OPENSSL_cleanse(bytes.data(), bytes.size());
   }
   store.wait({key}, timeout);
   auto v = store.get(key);
-  return std::string(v.begin(), v.end());
+  std::string secret(v.begin(), v.end());
+  OPENSSL_cleanse(v.data(), v.size());
+  return secret;
 }
 
 }  // namespace
@@ -638,7 +640,7 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
                         "for real authentication";
       });
       try {
-        secret = shared_secret(*o.store, "ruccl/" + group, o.rank, o.size, o.timeout);
+        secret = shared_secret(*o.store, "ruccl/" + group, o.rank, o.timeout);
       } catch (const std::exception &e) {
         fail(RUCCL_ERR_TIMEOUT, std::string("the session secret did not come through the store: ") + e.what());
       }

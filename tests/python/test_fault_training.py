@@ -24,9 +24,10 @@ TIMEOUT = 240
 CHECKSUM = re.compile(r"^rank (\d+) final checksum: ([0-9a-f]{64})$", re.M)
 
 
-def _run(cmd, extra_env=None, timeout=TIMEOUT):
+def _run(cmd, extra_env=None, timeout=TIMEOUT, unset=()):
     env = child_env()
-    env.pop("RUCCL_FAULT", None)
+    for name in ("RUCCL_FAULT", *unset):
+        env.pop(name, None)
     env.update(extra_env or {})
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
                          start_new_session=True)
@@ -115,6 +116,22 @@ def test_killed_and_restarted_by_torchrun_ends_bit_identical(tmp_path, tmp_path_
     assert _checksums(out, world) == reference, f"{what}: the restarted job's checksums differ from the reference"
     leftovers = [n for n in os.listdir(tmp_path / "job" / "checkpoints") if ".tmp-" in n]
     assert not leftovers, f"{what}: a killed save's temporary directory was left behind: {leftovers}"
+
+
+def test_a_worker_killed_before_it_joins_does_not_split_the_restart():
+    """torchrun keeps its store across restarts.  Rank 3 is killed after ranks 0-2 took
+    their rendezvous tickets and before it took its own (startup_kill.py), so the next
+    attempt's first ranks land in the dead attempt's session: they must see it is dead
+    and meet the others in the next one.  Without RUCCL_SECRET: the secret rank 0 shares
+    through the store must survive the restart too."""
+    env = {"RUCCL_DEBUG": "WARN"}
+    rc, out, err = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                         "--max-restarts", "1", os.path.join(ROOT, "tests", "python", "startup_kill.py"), "ruccl"],
+                        env, unset=("RUCCL_SECRET", "RUCCL_SECRET_FILE"))
+    assert rc == 0, f"the restart did not form its group ({rc}):\n{out}\n{err[-4000:]}"
+    done = sorted(int(r) for r in re.findall(r"^attempt 1 rank (\d+): all_reduce gives 4$", out, re.M))
+    assert done == [0, 1, 2, 3], out
+    assert "is a dead attempt's" in err, f"no rank met the dead attempt's session:\n{err[-4000:]}"
 
 
 def test_the_fault_drill_three_trials_of_each_kind(tmp_path):
