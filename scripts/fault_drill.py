@@ -271,8 +271,9 @@ def percentile(values, q):
 
 
 def table(records):
-    rows = ["| backend | fault | trials | bit-identical | hangs | detection p50 / p99 (s) | recovery p50 / p99 (s) |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| backend | fault | trials | bit-identical | failed | hangs | detection p50 / p99 (s) | "
+            "recovery p50 / p99 (s) |",
+            "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["backend"], r["kind"], r.get("phase", "training")) for r in records if "kind" in r},
                   key=lambda k: (k[0] != "ruccl", k[0], k[2] != "training", KINDS.index(k[1]) if k[1] in KINDS else 9))
     for backend, kind, phase in keys:
@@ -280,10 +281,11 @@ def table(records):
               if r.get("backend") == backend and r.get("kind") == kind and r.get("phase", "training") == phase]
         kind = kind if phase == "training" else f"{kind} ({phase})"
         det = [r["detection_s"] for r in rs if r.get("detection_s") is not None]
-        rec = [r["recovery_s"] for r in rs if r.get("recovery_s") is not None]
+        rec = [r["recovery_s"] for r in rs if r["bit_identical"]]  # a failed job recovered nothing
         fmt = lambda v: f"{percentile(v, 50):.2f} / {percentile(v, 99):.2f}" if v else "-"  # noqa: E731
         undetected = len(rs) - len(det)
-        rows.append(f"| {backend} | {kind} | {len(rs)} | {sum(bool(r['bit_identical']) for r in rs)} | "
+        failed = sum(not r["hang"] and not r["bit_identical"] for r in rs)
+        rows.append(f"| {backend} | {kind} | {len(rs)} | {sum(bool(r['bit_identical']) for r in rs)} | {failed} | "
                     f"{sum(bool(r['hang']) for r in rs)} | {fmt(det)}{f' ({undetected} never)' if undetected else ''} | "
                     f"{fmt(rec)} |")
     return "\n".join(rows)

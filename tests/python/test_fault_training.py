@@ -152,4 +152,4 @@ def test_the_fault_drill_three_trials_of_each_kind(tmp_path):
         bound = 3.0 if t["kind"] in ("kill", "kill2") else 10.0 + 5.0
         assert t["detection_s"] is not None and t["detection_s"] <= bound, f"detection too slow: {t}"
     assert rc == 0, f"the drill failed ({rc}):\n{out}\n{err[-3000:]}"
-    assert "| ruccl | stop | 3 | 3 | 0 |" in out, out
+    assert "| ruccl | stop | 3 | 3 | 0 | 0 |" in out, out  # trials, bit-identical, failed, hangs
