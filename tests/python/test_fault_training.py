@@ -139,14 +139,15 @@ def test_the_fault_drill_three_trials_of_each_kind(tmp_path):
     moments of the training: every trial bit-identical, no hang; kill -9 found within 3 s and SIGSTOP
     within the liveness timeout (10 s) + 5 s."""
     out_json = tmp_path / "drill.json"
-    rc, out, err = _run([sys.executable, DRILL, "--trials", "3", "--steps", "200", "--json", str(out_json),
-                         "--workdir", str(tmp_path / "jobs"), "--seed", "7", "--window", "0", "0.8"], timeout=900)
+    rc, out, err = _run([sys.executable, DRILL, "--trials", "3", "--steps", "300", "--json", str(out_json),
+                         "--workdir", str(tmp_path / "jobs"), "--seed", "7", "--window", "0", "0.5"], timeout=900)
     trials = json.loads(out_json.read_text())["trials"]
     assert len(trials) == 9, f"expected 9 trials, got {len(trials)}:\n{out}\n{err[-3000:]}"
     for t in trials:
         assert t["fault_injected"], f"no worker to inject into: {t}"
-        # the window keeps the faults inside the training; one past the job's last
-        # collective would be the drill's known limit (a hang on any backend), not this test's
+        # the first half of the reference's training (a trial may train faster than its
+        # reference) keeps the faults inside it; one past the job's last collective would
+        # be the drill's known limit (a hang on any backend), not this test's
         assert t["phase"] == "training", f"the fault landed outside the training: {t}"
         assert not t["hang"] and t["bit_identical"], f"trial failed: {t}"
         bound = 3.0 if t["kind"] in ("kill", "kill2") else 10.0 + 5.0
