@@ -113,14 +113,16 @@ class Job:
             if layout == "two" and i == 0:
                 time.sleep(0.3)  # the first agent hosts the rendezvous store
 
+    @staticmethod
+    def _text(log):
+        """What a log holds so far (the workers write to it beside this handle)."""
+        log.flush()
+        with open(log.name) as f:
+            return f.read()
+
     def said(self, marker):
         """Whether rank 0 has written `marker` to its stderr yet."""
-        for _, err in self.logs:
-            err.flush()
-            with open(err.name) as f:
-                if marker in f.read():
-                    return True
-        return False
+        return any(marker in self._text(err) for _, err in self.logs)
 
     def wait_marker(self, marker, deadline):
         """The monotonic time at which rank 0 said `marker` (polled every 10 ms), or None."""
@@ -162,14 +164,7 @@ class Job:
         rank printed its checksum (both come after the final barrier).  Asked once the old
         group's survivors have exited, it says whether a fault came after the victim had
         reached the job's last collective."""
-        for out, err in self.logs:
-            for f in (out, err):
-                f.flush()
-                with open(f.name) as g:
-                    text = g.read()
-                if FINISHED in text or CHECKSUM in text:
-                    return True
-        return False
+        return self.said(FINISHED) or any(CHECKSUM in self._text(out) for out, _ in self.logs)
 
     def result(self):
         """(exit codes, the last checksum each rank printed, stderr tail)."""

@@ -53,6 +53,11 @@ static ruccl_result_t check_table(const ruccl_join_t *me, const ruccl_table_t *t
   return RUCCL_OK;
 }
 
+/* The counter of a session's nodes whose table was complete (see above). */
+static void complete_key(char *key, size_t cap, const char *group, int64_t session) {
+  snprintf(key, cap, "ruccl/%s/%" PRId64 "/complete", group, session);
+}
+
 /* Whether session `session`, whose first ticket's JOIN is `first`, is a dead attempt's
    leftover (see above).  Any doubt (the port answers, the store fails) says no: the
    set-up then reports what it finds, as it always did. */
@@ -64,7 +69,7 @@ static int dead_session(const ruccl_store_t *st, const char *group, int64_t sess
   if (rc != RUCCL_ERR_PEER_LOST) return 0;
   char key[RUCCL_MAX_GROUP_NAME + 64];
   int64_t completed = 0;
-  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/complete", group, session);
+  complete_key(key, sizeof key, group, session);
   return st->add(st->ctx, key, 0, &completed) == RUCCL_OK && completed == 0;
 }
 
@@ -129,14 +134,12 @@ static ruccl_result_t store_join(void *ctx, const ruccl_config_t *cfg, const uns
   ruccl_result_t rc = RUCCL_OK;
   while (rc == RUCCL_OK && dead) rc = join_session(st, me, deadline_ns, table, &session, &dead);
   if (rc == RUCCL_OK) rc = check_table(me, table);
-  if (rc != RUCCL_OK) {
-    ruccl_table_free(table);
-    return rc;
+  if (rc == RUCCL_OK) { /* this session is alive from now on: count this node in */
+    char key[RUCCL_MAX_GROUP_NAME + 64];
+    int64_t completed = 0;
+    complete_key(key, sizeof key, me->group, session);
+    rc = store_rc(st->add(st->ctx, key, 1, &completed), "add", key);
   }
-  char key[RUCCL_MAX_GROUP_NAME + 64];
-  int64_t completed = 0;
-  snprintf(key, sizeof key, "ruccl/%s/%" PRId64 "/complete", me->group, session);
-  rc = store_rc(st->add(st->ctx, key, 1, &completed), "add", key);
   if (rc != RUCCL_OK) {
     ruccl_table_free(table);
     return rc;
