@@ -137,31 +137,82 @@ const char *op_name(c10d::ReduceOp::RedOpType op) {
   }
 }
 
+// A c10d reduce op as the core runs it.  PREMUL_SUM(f) is a SUM of each rank's input
+// multiplied by its own factor f first: the core's rounding rule, so fp16 and bf16 are
+// widened to float32 before the multiply, summed wide, and rounded once when the result
+// is written back; float32 and float64 multiply and sum in their own width.  The factor
+// is a double or a one-element tensor, which may live on the device (it is applied there,
+// with no copy to the host).
+struct Reduction {
+  ruccl_reduce_op_t op = RUCCL_SUM;
+  bool premul = false;
+  double factor = 1.0;
+  at::Tensor factor_tensor;  // defined: the factor is this tensor's one element
+
+  // What the core reduces: buf itself, or (PREMUL_SUM) a new tensor, buf widened and
+  // multiplied, settled for the core to read.
+  at::Tensor operand(const at::Tensor &buf) const {
+    if (!premul) return buf;
+    at::ScalarType wide = buf.scalar_type() == at::kHalf || buf.scalar_type() == at::kBFloat16
+                              ? at::kFloat : buf.scalar_type();
+    at::Tensor x = buf.to(wide);
+    x = factor_tensor.defined() ? at::mul(x, factor_tensor.to(x.device(), wide)) : at::mul(x, factor);
+    settle(x);
+    return x;
+  }
+  // Writes the core's result back into buf (rounding once), where operand made a copy.
+  void result(const at::Tensor &x, const at::Tensor &buf) const {
+    if (!x.is_same(buf)) buf.copy_(x);
+  }
+};
+
 // torch's reduce op as the core's, for this dtype (bool: or is max, and is min).
-ruccl_reduce_op_t op_of(const c10d::ReduceOp &op, at::ScalarType t) {
+Reduction op_of(const c10d::ReduceOp &op, at::ScalarType t) {
   dtype_of(t);
   bool boolean = t == at::kBool;
+  Reduction r;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return boolean ? RUCCL_MAX : RUCCL_SUM;
-    case c10d::ReduceOp::PRODUCT: return boolean ? RUCCL_MIN : RUCCL_PROD;
-    case c10d::ReduceOp::MIN: return RUCCL_MIN;
-    case c10d::ReduceOp::MAX: return RUCCL_MAX;
+    case c10d::ReduceOp::SUM: r.op = boolean ? RUCCL_MAX : RUCCL_SUM; return r;
+    case c10d::ReduceOp::PRODUCT: r.op = boolean ? RUCCL_MIN : RUCCL_PROD; return r;
+    case c10d::ReduceOp::MIN: r.op = RUCCL_MIN; return r;
+    case c10d::ReduceOp::MAX: r.op = RUCCL_MAX; return r;
     case c10d::ReduceOp::AVG:
       if (boolean) fail(RUCCL_ERR_UNSUPPORTED, "ReduceOp.AVG on bool tensors");
-      return RUCCL_MEAN;
+      r.op = RUCCL_MEAN;
+      return r;
     case c10d::ReduceOp::BAND:
-      if (boolean) return RUCCL_MIN;
+      if (boolean) { r.op = RUCCL_MIN; return r; }
       break;
     case c10d::ReduceOp::BOR:
-      if (boolean) return RUCCL_MAX;
+      if (boolean) { r.op = RUCCL_MAX; return r; }
       break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      if (!at::isFloatingType(t))
+        fail(RUCCL_ERR_UNSUPPORTED, std::string("ReduceOp.PREMUL_SUM on ") + c10::toString(t) +
+                                        " tensors (it takes float32, float64, float16 and bfloat16)");
+      // A PREMUL_SUM op carries this supplement (torch makes it so; ProcessGroupNCCL reads it alike).
+      auto *sup = static_cast<c10d::NCCLPreMulSumSupplement *>(op.supplement_.get());
+      if (!sup)
+        fail(RUCCL_ERR_INVALID_ARGUMENT, "ReduceOp.PREMUL_SUM without a factor: make the op with "
+                                         "torch.distributed._make_nccl_premul_sum(factor)");
+      r.premul = true;
+      if (sup->tensor_factor.defined()) {
+        if (sup->tensor_factor.numel() != 1)
+          fail(RUCCL_ERR_INVALID_ARGUMENT, "ReduceOp.PREMUL_SUM: the factor tensor has " +
+                                               std::to_string(sup->tensor_factor.numel()) + " elements, not 1");
+        r.factor_tensor = sup->tensor_factor;
+      } else {
+        r.factor = sup->double_factor;
+      }
+      return r;
+    }
     default: break;
   }
   const char *name = op_name(op.op_);
   fail(RUCCL_ERR_UNSUPPORTED, std::string("ReduceOp.") +
                                   (name ? name : std::to_string(static_cast<int>(op.op_)).c_str()) + " on " +
-                                  c10::toString(t) + " tensors (ruccl reduces with SUM, AVG, PRODUCT, MIN, MAX; "
-                                  "BAND and BOR on bool)");
+                                  c10::toString(t) + " tensors (ruccl reduces with SUM, AVG, PRODUCT, MIN, MAX, "
+                                  "PREMUL_SUM; BAND and BOR on bool)");
 }
 
 // The tag of the point-to-point messages that gather, scatter and all-to-all are
@@ -223,9 +274,9 @@ void check_gather_base(const at::Tensor &output, const at::Tensor &input, int si
                                        " elements, world size x input " + std::to_string(input.numel() * size));
 }
 
-ruccl_reduce_op_t check_scatter_base(const at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op,
+Reduction check_scatter_base(const at::Tensor &output, const at::Tensor &input, const c10d::ReduceOp &op,
                                      int size) {
-  ruccl_reduce_op_t rop = op_of(op, input.scalar_type());
+  Reduction rop = op_of(op, input.scalar_type());
   if (input.scalar_type() != output.scalar_type())
     fail(RUCCL_ERR_DTYPE_MISMATCH, "reduce_scatter_tensor: input and output dtypes differ");
   if (input.numel() != output.numel() * size)
@@ -927,25 +978,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tens
                                                             const c10d::AllreduceOptions &opts) {
   need_one(tensors, "allreduce");
   at::Tensor t = tensors[0];
-  ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
+  Reduction op = op_of(opts.reduceOp, t.scalar_type());
   return enqueue(c10d::OpType::ALLREDUCE, "ruccl:all_reduce", {t}, [this, t, op] {
     Staged h(t);
-    ruccl_tensor_t v = view(h.buf);
-    check(ruccl_all_reduce(comm_, &v, &v, op));
+    at::Tensor x = op.operand(h.buf);
+    ruccl_tensor_t v = view(x);
+    check(ruccl_all_reduce(comm_, &v, &v, op.op));
+    op.result(x, h.buf);
     h.put();
   }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
                                                                       const c10d::AllreduceCoalescedOptions &opts) {
-  std::vector<ruccl_reduce_op_t> ops;
+  std::vector<Reduction> ops;
   for (const auto &t : tensors) ops.push_back(op_of(opts.reduceOp, t.scalar_type()));
   std::vector<at::Tensor> ts = tensors;
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "ruccl:all_reduce_coalesced", ts, [this, ts, ops] {
     for (size_t i = 0; i < ts.size(); i++) {
       Staged h(ts[i]);
-      ruccl_tensor_t v = view(h.buf);
-      check(ruccl_all_reduce(comm_, &v, &v, ops[i]));
+      at::Tensor x = ops[i].operand(h.buf);
+      ruccl_tensor_t v = view(x);
+      check(ruccl_all_reduce(comm_, &v, &v, ops[i].op));
+      ops[i].result(x, h.buf);
       h.put();
     }
   });
@@ -969,14 +1024,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
                                                          const c10d::ReduceOptions &opts) {
   need_one(tensors, "reduce");
   at::Tensor t = tensors[0];
-  ruccl_reduce_op_t op = op_of(opts.reduceOp, t.scalar_type());
+  Reduction op = op_of(opts.reduceOp, t.scalar_type());
   uint32_t root = static_cast<uint32_t>(opts.rootRank);
   return enqueue(c10d::OpType::REDUCE, "ruccl:reduce", {t}, [this, t, op, root] {
     Staged h(t);
-    ruccl_tensor_t v = view(h.buf);
+    at::Tensor x = op.operand(h.buf);
+    ruccl_tensor_t v = view(x);
     bool is_root = static_cast<int>(root) == rank_;
-    check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op, root));
-    if (is_root) h.put();
+    check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op.op, root));
+    if (!is_root) return;
+    op.result(x, h.buf);
+    h.put();
   }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
 }
 
@@ -1058,12 +1116,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesce
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                                        const c10d::ReduceScatterOptions &opts) {
-  ruccl_reduce_op_t op = check_scatter_base(output, input, opts.reduceOp, size_);
+  Reduction op = check_scatter_base(output, input, opts.reduceOp, size_);
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "ruccl:reduce_scatter_tensor", {out}, [this, out, in, op] {
     Staged hi(in), ho(out, false);
-    ruccl_tensor_t vi = view(hi.buf), vo = view(ho.buf);
-    check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
+    at::Tensor xi = op.operand(hi.buf);
+    at::Tensor xo = xi.is_same(hi.buf) ? ho.buf : at::empty(ho.buf.sizes(), xi.options());
+    ruccl_tensor_t vi = view(xi), vo = view(xo);
+    check(ruccl_reduce_scatter(comm_, &vi, &vo, op.op));
+    op.result(xo, ho.buf);
     ho.put();
   }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout);
 }
@@ -1075,7 +1136,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
   if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
     fail(RUCCL_ERR_INVALID_ARGUMENT, "reduce_scatter needs one input list of world size " + std::to_string(size_));
   at::Tensor out = outputs[0];
-  ruccl_reduce_op_t op = op_of(opts.reduceOp, out.scalar_type());
+  Reduction op = op_of(opts.reduceOp, out.scalar_type());
   for (const auto &i : inputs[0]) need_same(i, out, "reduce_scatter input/output");
   std::vector<at::Tensor> ins = inputs[0];
   return enqueue(c10d::OpType::REDUCE_SCATTER, "ruccl:reduce_scatter", {out}, [this, out, ins, op] {
@@ -1085,8 +1146,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
     at::Tensor in = at::cat(flat);
     settle(in);
     Staged ho(out, false);
-    ruccl_tensor_t vi = view(in), vo = view(ho.buf);
-    check(ruccl_reduce_scatter(comm_, &vi, &vo, op));
+    at::Tensor xi = op.operand(in);
+    at::Tensor xo = xi.is_same(in) ? ho.buf : at::empty(ho.buf.sizes(), xi.options());
+    ruccl_tensor_t vi = view(xi), vo = view(xo);
+    check(ruccl_reduce_scatter(comm_, &vi, &vo, op.op));
+    op.result(xo, ho.buf);
     ho.put();
   }, {}, !opts.asyncOp, nullptr, ins, opts.timeout);
 }

@@ -15,6 +15,7 @@ only the CUDA-graph refusal needs the CUDA build.
     the call does not block the caller meanwhile, and a kernel queued after wait()
     sees the result;
   - DDP on CUDA equal to DDP on gloo;
+  - PREMUL_SUM of CUDA tensors with a factor on the device;
   - a collective inside CUDA graph capture is refused with a clear error, and the group
     goes on;
   - examples/collective_training.py run --device cuda, then resume, agreeing.
@@ -301,6 +302,33 @@ def w_capture_refused(rank, ws, init_method):
         _same(t, torch.full((16,), float(ws)), "all_reduce after the refused capture")
     finally:
         dist.destroy_process_group()
+
+
+def w_premul_sum_on_cuda(rank, ws):
+    # PREMUL_SUM of CUDA tensors, the factor a double or a one-element CUDA tensor (applied
+    # on the device); the core's rule: widen fp16/bf16 to float32, multiply, sum, round once.
+    dev = torch.device("cuda", 0)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        wide = torch.float32
+        for form in ("double", "tensor"):
+            factor = 0.3 + 0.7 * rank
+            op = dist._make_nccl_premul_sum(
+                factor if form == "double" else torch.tensor([factor], dtype=wide, device=dev))
+            inputs = [(torch.randn(4096, generator=torch.Generator().manual_seed(5 + r)) * 3).to(dtype)
+                      for r in range(ws)]
+            want = sum(x.to(wide) * torch.tensor(0.3 + 0.7 * r, dtype=wide) for r, x in enumerate(inputs)).to(dtype)
+            t = inputs[rank].to(dev)
+            dist.all_reduce(t, op=op)
+            assert torch.equal(t.cpu(), want), f"all_reduce {dtype} ({form}) on CUDA"
+            o = torch.empty(4096 // ws, dtype=dtype, device=dev)
+            dist.reduce_scatter_tensor(o, inputs[rank].to(dev), op=op)
+            assert torch.equal(o.cpu(), want.view(ws, -1)[rank]), f"reduce_scatter_tensor {dtype} ({form}) on CUDA"
+
+
+@needs_cuda
+@skip_on_gloo("gloo refuses PREMUL_SUM")
+def test_premul_sum_on_cuda_with_a_device_factor(pools):
+    pools.run(2, w_premul_sum_on_cuda)
 
 
 @needs_cuda
