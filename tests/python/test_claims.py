@@ -336,7 +336,7 @@ def _premul_sum():
 C10_NAMES = {torch.float32: "Float", torch.int32: "Int", torch.int64: "Long", torch.uint8: "Byte",
              torch.int8: "Char", torch.bool: "Bool"}
 UNSUPPORTED = [  # (op name, dtype)
-    ("PREMUL_SUM", torch.float32),
+    ("PREMUL_SUM", torch.int32),
     ("BAND", torch.int32),
     ("BOR", torch.int32),
     ("BXOR", torch.int32),
