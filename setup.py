@@ -92,7 +92,9 @@ class BuildWithCore(BuildExtension):
 def extension():
     kwargs = dict(
         name="ruccl_pg._C",
-        sources=["csrc/torch/ProcessGroupRuccl.cpp", "csrc/torch/module.cpp"],
+        # the shim, one concern a file (see csrc/torch/ProcessGroupRuccl.cpp); module.cpp is the entry
+        sources=[f"csrc/torch/{f}.cpp" for f in ("tensors", "streams", "work", "rendezvous", "ProcessGroupRuccl",
+                                                  "collectives", "p2p", "module")],
         include_dirs=[os.path.join(ROOT, "include")],
         extra_objects=[CORE_LIB],
         libraries=["crypto"],

@@ -19,8 +19,25 @@ else
 fi
 inc="$dir/torch/include"
 grep -h "define TORCH_VERSION_M" "$inc/torch/headeronly/version.h" "$inc/torch/version.h" 2>/dev/null | head -2 || true
+# The CUDA build of the shim (RUCCL_TORCH_CUDA) too, where the headers allow: c10's CUDA
+# headers (a CPU wheel has them, less the generated cuda_cmake_macros.h, stubbed here)
+# and the CUDA toolkit's.
+cuda_flags=()
+cuda_inc="${CUDA_HOME:-/usr/local/cuda}/include"
+if [ -f "$inc/c10/cuda/CUDAStream.h" ] && [ -f "$cuda_inc/cuda_runtime_api.h" ]; then
+  stub="$(mktemp -d)"
+  mkdir -p "$stub/c10/cuda/impl"
+  [ -f "$inc/c10/cuda/impl/cuda_cmake_macros.h" ] ||
+    echo "#define C10_CUDA_BUILD_SHARED_LIBS" > "$stub/c10/cuda/impl/cuda_cmake_macros.h"
+  cuda_flags=(-DRUCCL_TORCH_CUDA -I"$stub" -I"$cuda_inc")
+fi
 for f in "$root"/csrc/torch/*.cpp; do
   g++ -fsyntax-only -std=c++17 -I"$inc" -I"$inc/torch/csrc/api/include" -I"$root/include" \
     $(python3-config --includes) "$f"
   echo "ok: $(basename "$f")"
+  if [ ${#cuda_flags[@]} -gt 0 ]; then
+    g++ -fsyntax-only -std=c++17 "${cuda_flags[@]}" -I"$inc" -I"$inc/torch/csrc/api/include" -I"$root/include" \
+      $(python3-config --includes) "$f"
+    echo "ok (RUCCL_TORCH_CUDA): $(basename "$f")"
+  fi
 done

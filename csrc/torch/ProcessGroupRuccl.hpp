@@ -11,7 +11,7 @@
 // through host copies unless the extension is built with CUDA (RUCCL_TORCH_CUDA:
 // setup.py builds the core with its CUDA adapter then, and CUDA tensors go to it
 // as they are, ordered with the caller's streams as torch's own backends do; see
-// StreamSync in the .cpp).
+// StreamSync in streams.hpp).  The parts of the shim, file by file: ProcessGroupRuccl.cpp.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -54,7 +54,7 @@ struct RucclOptions {
 };
 
 // How a job is ordered with the device streams of the tensors it touches (defined in
-// the .cpp: with CUDA, events on the caller's streams and side streams of the job's
+// streams.hpp: with CUDA, events on the caller's streams and side streams of the job's
 // own; without, the caller's stream the host copies run on).  Null for CPU tensors.
 struct StreamSync;
 
