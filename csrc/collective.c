@@ -663,6 +663,7 @@ static ruccl_result_t run_algorithm(ruccl_comm_t *c, const ruccl_team_t *local, 
     a->arity = ls.arity;
     ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s", c->peer_id, ruccl_coll_kind_name(kind),
               c->seq, a->count, table->name);
+    snprintf(c->algorithm, sizeof c->algorithm, "%s", table->name);
     return algo_for(table, kind)(local, a);
   }
   ruccl_strategy_t gs = choose_strategy(g->config.global_strategy, kind, bytes * g->n, g->num_nodes);
@@ -675,6 +676,11 @@ static ruccl_result_t run_algorithm(ruccl_comm_t *c, const ruccl_team_t *local, 
                     .net_team = net};
   ruccl_log(2, "peer %u: %s #%" PRIu64 " of %zu elements by %s within the node, %s across %u nodes", c->peer_id,
             ruccl_coll_kind_name(kind), c->seq, a->count, table->name, h.global->name, g->num_nodes);
+  if (local->n > 1)
+    snprintf(c->algorithm, sizeof c->algorithm, "%s within the node, %s across %u nodes", table->name,
+             h.global->name, g->num_nodes);
+  else
+    snprintf(c->algorithm, sizeof c->algorithm, "%s across %u nodes", h.global->name, g->num_nodes);
   return ruccl_hier_run(&h, kind, a);
 }
 
@@ -870,6 +876,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   coll_extras_t extras;
   const coll_desc_t *all = NULL;
   int transport_failed = 0;
+  snprintf(c->algorithm, sizeof c->algorithm, "agreement");
   rc = agree(c, &team, net, &desc, 0, desc.fuse_bytes ? &fuse : NULL, &verdict, &extras, &all, &transport_failed);
   c->seq++;
   if (rc != RUCCL_OK) {
@@ -887,6 +894,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   }
   ruccl_testing_path_taken(verdict.path);
   if (verdict.fused) {
+    snprintf(c->algorithm, sizeof c->algorithm, "fused into the agreement");
     ruccl_log(2, "peer %u: all_reduce #%" PRIu64 " of %zu elements with the agreement, reduced by node 0 of %u",
               c->peer_id, c->seq - 1, prep.args.count, g->num_nodes);
     rc = prep.writes_out ? stage_out(c, r->out, prep.args.dtype, prep.dst) : RUCCL_OK;
@@ -896,13 +904,16 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   int usable = 0;
   switch (verdict.path) {
     case RUCCL_PATH_SAME_DEVICE: {
+      snprintf(c->algorithm, sizeof c->algorithm, "same-device");
       ruccl_device_call_t call = device_call(c, r, &desc, (unsigned)verdict.sender_pos);
       ruccl_buffer_ptrs_t ptrs[RUCCL_DEVICE_REDUCE_MAX];
       for (unsigned i = 0; all && i < g->n_total && i < RUCCL_DEVICE_REDUCE_MAX; i++) ptrs[i] = all[i].buffers;
       rc = ruccl_same_device_run(c, &team, &call, ptrs, team.deadline_ns);
       break;
     }
-    case RUCCL_PATH_NCCL: rc = nccl_path(c, &team, net, r, &desc, &verdict, &extras, &usable); break;
+    case RUCCL_PATH_NCCL:
+      snprintf(c->algorithm, sizeof c->algorithm, "nccl");
+      rc = nccl_path(c, &team, net, r, &desc, &verdict, &extras, &usable); break;
     default:
       if (r->kind == RUCCL_COLL_BROADCAST) prep.args.root = (unsigned)verdict.sender_pos;
       if (verdict.sliced) {

@@ -82,6 +82,7 @@ struct ruccl_comm {
   void *nccl_comm; /* this peer's NCCL communicator, once the NCCL path was taken */
   ruccl_device_t nccl_dev; /* the GPU it was made for */
   int last_path;   /* the data path of the last collective, to log a change once */
+  char algorithm[64]; /* how the last collective ran (ruccl_comm_algorithm): set on this handle's thread */
 };
 
 /* The handle's timeout in ms (set from any thread by ruccl_comm_set_timeout). */

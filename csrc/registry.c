@@ -146,6 +146,13 @@ ruccl_result_t ruccl_comm_index(const ruccl_comm_t *c, unsigned *index) {
   return RUCCL_OK;
 }
 
+ruccl_result_t ruccl_comm_algorithm(const ruccl_comm_t *c, const char **name) {
+  if (!c || !name) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or name is NULL");
+  if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
+  *name = c->algorithm;
+  return RUCCL_OK;
+}
+
 /* ---- registration ------------------------------------------------------------------ */
 
 static int by_peer_id(const void *a, const void *b) {

@@ -277,6 +277,12 @@ const char *ruccl_last_error(void); /* thread-local detail of the last failure *
 /* Introspection that callers (the torch shim, tests) need; not in the seed. */
 ruccl_result_t ruccl_comm_size(const ruccl_comm_t *, unsigned *size);  /* participants, all nodes */
 ruccl_result_t ruccl_comm_index(const ruccl_comm_t *, unsigned *index); /* position in peer order */
+/* How this handle's last collective ran: "agreement" (a barrier, or a call refused by
+   it), "fused into the agreement", "same-device", "nccl", or the host algorithm
+   ("ring", "tree", "centralized"; across nodes "ring across 4 nodes", "tree within
+   the node, ring across 2 nodes"); "" before the first.  The string is the handle's,
+   valid until its next collective; read it on the thread that made the call. */
+ruccl_result_t ruccl_comm_algorithm(const ruccl_comm_t *, const char **name);
 size_t ruccl_dtype_size(ruccl_dtype_t);                                 /* 0 for an unknown dtype */
 
 /* The secret of the environment: RUCCL_SECRET (its bytes, without the terminator),

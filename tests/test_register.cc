@@ -68,6 +68,41 @@ TEST(Register, SinglePeerNeedsNoOneElse) {
   EXPECT_EQ(RUCCL_OK, ruccl_finish(comm));
 }
 
+/* ruccl_comm_algorithm: how the last collective ran, as the configured strategy says. */
+TEST(Register, AlgorithmOfTheLastCollective) {
+  const std::vector<uint32_t> ids{4, 9, 2};
+  const struct { ruccl_strategy_t strategy; const char *name; } cases[] = {
+      {{RUCCL_STRATEGY_RING, 0}, "ring"}, {{RUCCL_STRATEGY_TREE, 2}, "tree"},
+      {{RUCCL_STRATEGY_CENTRALIZED, 0}, "centralized"}};
+  for (const auto &k : cases) {
+    ruccl_config_t cfg = MakeConfig(3);
+    ASSERT_EQ(RUCCL_OK, ruccl_config_set_local_strategy(&cfg, k.strategy));
+    std::vector<std::string> before(3), after_reduce(3), after_barrier(3), after_refused(3);
+    RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
+      const char *name = nullptr;
+      if (ruccl_comm_algorithm(comm, &name) == RUCCL_OK) before[i] = name;
+      EXPECT_EQ("", CheckedAllReduce(comm, ids, ids[i]));
+      if (ruccl_comm_algorithm(comm, &name) == RUCCL_OK) after_reduce[i] = name;
+      EXPECT_EQ(RUCCL_OK, ruccl_barrier(comm));
+      if (ruccl_comm_algorithm(comm, &name) == RUCCL_OK) after_barrier[i] = name;
+      /* refused by the agreement (thread 0 passes another shape): no algorithm ran */
+      float v[2] = {1, 2};
+      ruccl_tensor_t t = Tensor(v, RUCCL_FLOAT32, {i == 0 ? 2 : 1});
+      EXPECT_EQ(RUCCL_ERR_SHAPE_MISMATCH, ruccl_all_reduce(comm, &t, &t, RUCCL_SUM));
+      if (ruccl_comm_algorithm(comm, &name) == RUCCL_OK) after_refused[i] = name;
+    });
+    ASSERT_TRUE(AllOk(r));
+    for (size_t i = 0; i < 3; i++) {
+      EXPECT_EQ("", before[i]);
+      EXPECT_EQ(k.name, after_reduce[i]) << "thread " << i;
+      EXPECT_EQ("agreement", after_barrier[i]) << "thread " << i;
+      EXPECT_EQ("agreement", after_refused[i]) << "thread " << i;
+    }
+  }
+  const char *name = nullptr;
+  EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_comm_algorithm(nullptr, &name));
+}
+
 TEST(Register, IntrospectionRejectsNull) {
   unsigned v = 0;
   EXPECT_EQ(RUCCL_ERR_INVALID_ARGUMENT, ruccl_comm_size(nullptr, &v));
