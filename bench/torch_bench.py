@@ -11,6 +11,9 @@ Usage (from the repository root)::
     python3 bench/torch_bench.py                                  # ruccl vs gloo, 2 ranks, 8 B..64 MB
     python3 bench/torch_bench.py --backends gloo --max-bytes 64K  # gloo only, quick
     python3 bench/torch_bench.py --backends gloo,gloo             # same backend twice (labels gloo, gloo#2)
+    python3 bench/torch_bench.py --backends ruccl,ruccl:RUCCL_TRACE_BUFFER=0 --ops all_reduce --max-bytes 4K
+                                             # a backend with environment variables of its own: here the
+                                             # flight recorder on (its default) and off, side by side
     python3 bench/torch_bench.py --nproc 4 --ops all_reduce --step-factor 4 --json out.json
 
 Processes.  For each backend, ``--nproc`` processes are started with
@@ -137,6 +140,7 @@ def _worker(rank: int, cfg: dict) -> None:
 
 def _worker_main(rank: int, cfg: dict) -> None:
     backend, n = cfg["backend"], cfg["nproc"]
+    os.environ.update(cfg["env"])  # the backend spec's variables, before the backend is imported
     if backend == "ruccl":
         if REPO_ROOT not in sys.path:
             sys.path.insert(0, REPO_ROOT)
@@ -306,12 +310,12 @@ def _worker_main(rank: int, cfg: dict) -> None:
 # ---------------------------------------------------------------------------------------
 # parent: run one backend
 # ---------------------------------------------------------------------------------------
-def run_backend(label: str, backend: str, args, sizes) -> tuple[list, str | None]:
+def run_backend(label: str, backend: str, args, sizes, env: dict) -> tuple[list, str | None]:
     """Run the sweep on one backend; returns (records, error message or None)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="torch_bench.") as tmpdir:
-        cfg = dict(backend=backend, label=label, nproc=args.nproc, ops=args.ops, sizes=sizes,
+        cfg = dict(backend=backend, label=label, env=env, nproc=args.nproc, ops=args.ops, sizes=sizes,
                    init_method=f"tcp://127.0.0.1:{free_port()}", tmpdir=tmpdir,
                    timeout=args.timeout, threads=args.threads, warmup=args.warmup,
                    min_iters=args.min_iters, max_iters=args.max_iters,
@@ -517,7 +521,8 @@ def main() -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="ruccl,gloo",
                     help="comma list, run in this order (default ruccl,gloo); a repeated "
-                         "backend gets labels name#2, name#3, ...")
+                         "backend gets labels name#2, name#3, ...; NAME:VAR=VALUE[:VAR=VALUE] runs "
+                         "NAME with those environment variables (the label is the whole spec)")
     ap.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
     ap.add_argument("--ops", default=",".join(OPS), help=f"comma list among {','.join(OPS)}")
     ap.add_argument("--min-bytes", "-b", type=parse_size, default=8,
@@ -564,12 +569,20 @@ def main() -> int:
     names = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not names:
         ap.error("--backends is empty")
-    labels, backends = [], {}
-    for b in names:
-        k = sum(1 for x in labels if backends[x] == b)
-        lb = b if k == 0 else f"{b}#{k + 1}"
+    labels, backends, envs = [], {}, {}
+    for spec in names:
+        b, *assignments = spec.split(":")
+        env = {}
+        for a in assignments:
+            if "=" not in a:
+                ap.error(f"--backends: {spec!r}: {a!r} is not VAR=VALUE")
+            var, value = a.split("=", 1)
+            env[var] = value
+        k = sum(1 for x in labels if x == spec or x.startswith(spec + "#"))
+        lb = spec if k == 0 else f"{spec}#{k + 1}"
         labels.append(lb)
         backends[lb] = b
+        envs[lb] = env
     cand, base = pick_compare(labels, backends, args.compare)
 
     sizes, s = [], args.min_bytes
@@ -591,7 +604,7 @@ def main() -> int:
     for lb in labels:
         print(f"# running {lb} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        recs, err = run_backend(lb, backends[lb], args, sizes)
+        recs, err = run_backend(lb, backends[lb], args, sizes, envs[lb])
         runtimes[lb] = time.perf_counter() - t0
         results[lb] = {(r["op"], r["size"]): r for r in recs}
         raw.extend(recs)

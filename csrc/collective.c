@@ -827,6 +827,7 @@ ruccl_result_t ruccl_collective_run(ruccl_comm_t *c, const ruccl_call_t *req) {
   ruccl_group_t *g = c->group;
   if (atomic_load(&g->reset))
     return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "peer %u: this handle was discarded by ruccl_reset()", c->peer_id);
+  c->algorithm[0] = '\0';
   ruccl_result_t rc = ruccl_group_status(g);
   if (rc != RUCCL_OK) return rc;
 

@@ -280,7 +280,8 @@ ruccl_result_t ruccl_comm_index(const ruccl_comm_t *, unsigned *index); /* posit
 /* How this handle's last collective ran: "agreement" (a barrier, or a call refused by
    it), "fused into the agreement", "same-device", "nccl", or the host algorithm
    ("ring", "tree", "centralized"; across nodes "ring across 4 nodes", "tree within
-   the node, ring across 2 nodes"); "" before the first.  The string is the handle's,
+   the node, ring across 2 nodes"); "" before the first, and after a call that failed
+   before its agreement (a session already broken).  The string is the handle's,
    valid until its next collective; read it on the thread that made the call. */
 ruccl_result_t ruccl_comm_algorithm(const ruccl_comm_t *, const char **name);
 size_t ruccl_dtype_size(ruccl_dtype_t);                                 /* 0 for an unknown dtype */

@@ -30,11 +30,19 @@ from .faults import fault_point
 from .training import TrainingRecord, all_reduce_gradients, parameter_fingerprint
 
 __all__ = ["ProcessGroupRuccl", "node_address", "version", "built_with_cuda", "all_reduce_gradients",
-           "parameter_fingerprint", "TrainingRecord", "ResumableDistributedSampler", "fault_point"]
+           "parameter_fingerprint", "TrainingRecord", "ResumableDistributedSampler", "fault_point", "dump_trace"]
 
 ProcessGroupRuccl = _C.ProcessGroupRuccl
 version = _C.version
 built_with_cuda = _C.built_with_cuda  # CUDA tensors go to the core as they are (else through host copies)
+
+
+def dump_trace(directory=None) -> str:
+    """Writes this process's flight recorder (its last RUCCL_TRACE_BUFFER collectives and
+    point-to-point calls, over every ruccl group) to ``directory`` (default:
+    RUCCL_TRACE_DIR) as ``ruccl_trace_rank_<rank>.json``; returns the file's path.
+    ``python -m ruccl_pg.trace DIR`` reads the files of every rank."""
+    return _C.dump_trace(os.fspath(directory) if directory is not None else "", "dump_trace()")
 
 
 def _store_host(store):

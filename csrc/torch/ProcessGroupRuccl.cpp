@@ -17,7 +17,6 @@
 #include "streams.hpp"
 
 namespace ruccl_torch {
-
 ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
 
 // Runs what was queued, fails what was being coalesced, stops the workers and ends
@@ -28,6 +27,7 @@ ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
 // Every blocked or queued call of this group returns RUCCL_ERR_ABORTED promptly (on
 // the other ranks too), then the group shuts down.
 void ProcessGroupRuccl::abort() {
+  FlightRecorder::get().dump_if_configured("abort");
   {
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_) ruccl_comm_abort(comm_);
@@ -100,26 +100,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
                                                           std::vector<P2pOp> p2p, bool caller_waits,
                                                           std::function<void()> after,
                                                           std::vector<at::Tensor> inputs,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout, TraceCall trace) {
   std::vector<at::Tensor> touched = outputs;
   touched.insert(touched.end(), inputs.begin(), inputs.end());
   for (const auto &op : p2p) touched.push_back(op.tensor);
   std::shared_ptr<StreamSync> sync = sync_at_issue(touched); // refuses a CUDA graph capture
+  TraceTensors described;  // what the flight recorder says of the call's tensors
+  if (FlightRecorder::get().enabled()) {
+    if (!inputs.empty()) described = TraceTensors::of(inputs);
+    else if (!outputs.empty()) described = TraceTensors::of(outputs);
+    else for (const auto &op : p2p) described.add(op.tensor);
+  }
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs), std::move(touched), sync);
+  const char *kind = std::strncmp(title, "ruccl:", 6) == 0 ? title + 6 : title;
   Job job{std::move(run), std::move(p2p), work, std::move(sync), std::move(after),
           timeout.count() > 0 ? timeout.count() : 0};
   {
     std::unique_lock<std::mutex> lock(q_->mu);
     if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
-    if (type != c10d::OpType::SEND && type != c10d::OpType::RECV) seq_++;
+    if (q_->coalescing && caller_waits)
+      fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(title) + " with async_op=False inside a coalescing block: "
+                                                         "it would wait for ops that run only at its end");
+    bool now = !q_->coalescing && caller_waits && !q_->busy && q_->jobs.empty(); // inline, on this thread
+    bool is_p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV || type == c10d::OpType::RECVANYSOURCE;
+    uint64_t seq = is_p2p ? p2p_seq_++ : seq_++; // numbered from 0, as the core numbers its collectives
+    job.trace_id = FlightRecorder::get().issued(trace_group_, seq, is_p2p, kind, described, trace, now);
+    job.trace_started = now;
     if (q_->coalescing) {
-      if (caller_waits)
-        fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(title) + " with async_op=False inside a coalescing block: "
-                                                           "it would wait for ops that run only at its end");
       q_->coalesced.push_back(std::move(job));
       return work;
     }
-    if (!caller_waits || q_->busy || !q_->jobs.empty()) {
+    if (!now) {
       q_->jobs.push_back(std::move(job));
       q_->cv.notify_all();
       return work;
@@ -145,6 +156,18 @@ void ProcessGroupRuccl::release_queue(Queue &q) {
 }
 
 std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
+  if (!job.trace_started) FlightRecorder::get().started(job.trace_id);
+  std::exception_ptr error = run_job_body(job);
+  if (job.trace_id) { // copied now: the next job may run before this one completes
+    const char *algorithm = "";
+    if (!job.p2p.empty()) algorithm = "p2p";
+    else ruccl_comm_algorithm(comm_, &algorithm);
+    std::strncpy(job.algorithm, algorithm, sizeof job.algorithm - 1);
+  }
+  return error;
+}
+
+std::exception_ptr ProcessGroupRuccl::run_job_body(Job &job) {
   try {
     check(ruccl_comm_set_timeout(comm_, job.timeout_ms > 0 ? job.timeout_ms : timeout_ms_.load()));
     JobStreams streams(job.sync.get());
@@ -172,6 +195,8 @@ void ProcessGroupRuccl::finish_job(Job &job, std::exception_ptr error) {
 }
 
 void ProcessGroupRuccl::complete(Job &job, std::exception_ptr error) {
+  // recorded (and, on an error, dumped) before the caller can see the outcome
+  FlightRecorder::get().finished(job.trace_id, job.algorithm, error);
   try {
     job.work->complete(error); // with the job's side streams current
   } catch (const std::exception &e) {

@@ -34,6 +34,8 @@ extern "C" {
 #include "ruccl.h"
 }
 
+#include "flight_recorder.hpp"
+
 namespace ruccl_torch {
 
 // The backend's liveness timeout where RUCCL_LIVENESS_TIMEOUT_MS is unset: a rank that is
@@ -97,6 +99,8 @@ class WorkRucclP2p : public WorkRuccl {
   bool settle();                    // completes the work if its request is done; whether it is
   bool settled() const { return settled_.load(); }
   ruccl_request_t *request() const { return req_; }
+  void set_trace(uint64_t id) { trace_id_ = id; } // the flight recorder's entry
+
 
  private:
   void conclude(ruccl_result_t rc); // once: copies a receive back, completes the work
@@ -105,6 +109,7 @@ class WorkRucclP2p : public WorkRuccl {
   bool recv_;
   std::atomic<bool> settled_{false};
   std::atomic<int> source_{-1};
+  uint64_t trace_id_ = 0;
 };
 
 class ProcessGroupRuccl : public c10d::Backend {
@@ -190,6 +195,9 @@ class ProcessGroupRuccl : public c10d::Backend {
     std::shared_ptr<StreamSync> sync; // with device tensors: how the job follows the caller's streams
     std::function<void()> after;      // run after the group is free, before the work completes
     int64_t timeout_ms = 0;           // the op's own; 0: the group's
+    uint64_t trace_id = 0;            // its flight recorder entry (0: none)
+    bool trace_started = false;       // the entry says running already (a job run inline)
+    char algorithm[48] = {};          // how the core ran it (ruccl_comm_algorithm), for the recorder
   };
 
   // Receives in flight, for the completer thread.
@@ -220,12 +228,14 @@ class ProcessGroupRuccl : public c10d::Backend {
                                          std::function<void()> run, std::vector<P2pOp> p2p = {},
                                          bool caller_waits = false, std::function<void()> after = nullptr,
                                          std::vector<at::Tensor> inputs = {},
-                                         std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+                                         std::chrono::milliseconds timeout = c10d::kUnsetTimeout,
+                                         TraceCall trace = {});
   c10::intrusive_ptr<c10d::Work> post_p2p(bool send, at::Tensor t, int peer, int tag);
   static void completer_loop(std::shared_ptr<P2pState> st);
   static void worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q);
   // Runs the job (never throws); returns the error, if any, for complete().
   std::exception_ptr run_job(Job &job);
+  std::exception_ptr run_job_body(Job &job);
   static void complete(Job &job, std::exception_ptr error);   // the work and its future; never throws
   static void finish_job(Job &job, std::exception_ptr error); // after, then complete
   static void release_queue(Queue &q); // busy = false; wakes the workers if one has work
@@ -239,6 +249,8 @@ class ProcessGroupRuccl : public c10d::Backend {
   std::shared_ptr<P2pState> p2p_ = std::make_shared<P2pState>();
   std::thread completer_;
   std::atomic<uint64_t> seq_{0};
+  std::atomic<uint64_t> p2p_seq_{0}; // point-to-point calls issued (the flight recorder's count)
+  uint32_t trace_group_ = 0;          // this group in the flight recorder
 };
 
 }  // namespace ruccl_torch

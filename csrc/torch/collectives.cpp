@@ -20,7 +20,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tens
     check(ruccl_all_reduce(comm_, &v, &v, op.op));
     op.result(x, h.buf);
     h.put();
-  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout, {op_name(opts.reduceOp.op_)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
@@ -37,7 +37,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce_coalesced(std::vecto
       ops[i].result(x, h.buf);
       h.put();
     }
-  });
+  }, {}, false, nullptr, {}, c10d::kUnsetTimeout, {op_name(opts.reduceOp.op_)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tensor> &tensors,
@@ -51,7 +51,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tens
     ruccl_tensor_t v = view(h.buf);
     check(ruccl_broadcast_from(comm_, &v, root));
     h.put();
-  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout, {nullptr, static_cast<int>(root)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor> &tensors,
@@ -69,7 +69,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
     if (!is_root) return;
     op.result(x, h.buf);
     h.put();
-  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout);
+  }, {}, !opts.asyncOp, nullptr, {}, opts.timeout, {op_name(opts.reduceOp.op_), static_cast<int>(root)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_allgather_base(at::Tensor &output, at::Tensor &input,
@@ -160,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tenso
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op.op));
     op.result(xo, ho.buf);
     ho.put();
-  }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout);
+  }, {}, !opts.asyncOp, nullptr, {in}, opts.timeout, {op_name(opts.reduceOp.op_)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -186,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter(std::vector<at:
     check(ruccl_reduce_scatter(comm_, &vi, &vo, op.op));
     op.result(xo, ho.buf);
     ho.put();
-  }, {}, !opts.asyncOp, nullptr, ins, opts.timeout);
+  }, {}, !opts.asyncOp, nullptr, ins, opts.timeout, {op_name(opts.reduceOp.op_)});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesced(

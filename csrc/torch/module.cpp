@@ -43,6 +43,13 @@ PYBIND11_MODULE(_C, m) {
       },
       "Whether this extension (and the core it links) was built with CUDA: CUDA tensors then go to the core "
       "as they are; otherwise they are copied through host memory.");
+  m.def(
+      "dump_trace",
+      [](const std::string &dir, const std::string &reason) {
+        return ruccl_torch::FlightRecorder::get().dump(dir, reason);
+      },
+      py::arg("dir"), py::arg("reason"), py::call_guard<py::gil_scoped_release>(),
+      "Writes this process's flight recorder to dir (empty: RUCCL_TRACE_DIR); returns the file's path.");
   m.def("version", [] {
     return std::to_string(RUCCL_VERSION_MAJOR) + "." + std::to_string(RUCCL_VERSION_MINOR) + "." +
            std::to_string(RUCCL_VERSION_PATCH);

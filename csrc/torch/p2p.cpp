@@ -64,13 +64,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::post_p2p(bool send, at::Tensor
     if (q_->stopping) fail(RUCCL_ERR_NOT_REGISTERED, "the process group was shut down");
     queued = q_->coalescing || !t.device().is_cpu();
   }
-  if (queued) return enqueue(type, title, {t}, nullptr, {{send, t, peer, tag}});
+  if (queued) return enqueue(type, title, {t}, nullptr, {{send, t, peer, tag}}, false, nullptr, {},
+                             c10d::kUnsetTimeout, {nullptr, peer});
   at::Tensor buf = t.is_contiguous() ? t : send ? t.contiguous() : at::empty(t.sizes(), t.options());
   ruccl_tensor_t v = view(buf);
   ruccl_request_t *req = nullptr;
   check(send ? ruccl_isend(comm_, &v, static_cast<uint32_t>(peer), tag, &req)
              : ruccl_irecv(comm_, &v, peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(peer), tag, &req));
   auto work = c10::make_intrusive<WorkRucclP2p>(rank_, type, title, t, buf, req, !send);
+  TraceTensors described;
+  described.add(t);
+  work->set_trace(FlightRecorder::get().issued(trace_group_, p2p_seq_++, true, title + 6, described, {nullptr, peer},
+                                               true));
   if (send || work->settle()) return work;
   {
     std::lock_guard<std::mutex> lock(p2p_->mu);
@@ -116,7 +121,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::gather(std::vector<std::vector
     }
   }
   ops.push_back({true, in, root, kCollectiveTag});
-  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops, false, nullptr, {}, opts.timeout);
+  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops, false, nullptr, {in}, opts.timeout,
+                 {nullptr, root});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::scatter(std::vector<at::Tensor> &outputs,
@@ -136,7 +142,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::scatter(std::vector<at::Tensor
     }
   }
   ops.push_back({false, out, root, kCollectiveTag});
-  return enqueue(c10d::OpType::SCATTER, "ruccl:scatter", {out}, nullptr, ops, false, nullptr, {}, opts.timeout);
+  return enqueue(c10d::OpType::SCATTER, "ruccl:scatter", {out}, nullptr, ops, false, nullptr, {}, opts.timeout,
+                 {nullptr, root});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::alltoall_base(at::Tensor &output, at::Tensor &input,

@@ -92,6 +92,7 @@ std::string shared_secret(c10d::Store &store, const std::string &base, int rank,
 }  // namespace
 
 ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.rank, o.size) {
+  FlightRecorder &recorder = FlightRecorder::get(); // a bad RUCCL_TRACE_BUFFER fails here, before the rendezvous
   ruccl_config_t cfg = ruccl_config_default();
   check(ruccl_config_set_num_devices(&cfg, 1));
   check(ruccl_config_set_timeout_ms(&cfg, std::max<int64_t>(o.timeout.count(), 1)));
@@ -138,6 +139,8 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
     OPENSSL_cleanse(secret.data(), secret.size());
   }
   check(ruccl_register(static_cast<uint32_t>(o.rank), ruccl_device_t{RUCCL_DEVICE_CPU, 0}, &cfg, &comm_));
+  recorder.note_process_rank(o.rank);
+  trace_group_ = recorder.add_group(o.group_id, o.rank, o.size);
   timeout_ms_ = std::max<int64_t>(o.timeout.count(), 1);
   for (int i = 0; i < 2; i++) workers_.emplace_back(worker_loop, this, q_);
   completer_ = std::thread(completer_loop, p2p_);

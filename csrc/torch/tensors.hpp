@@ -80,6 +80,8 @@ struct Reduction {
   }
 };
 
+// torch's name of a reduce op ("SUM", "PREMUL_SUM"...), or null for an unknown one.
+const char *op_name(c10d::ReduceOp::RedOpType op);
 // torch's reduce op as the core's, for this dtype (bool: or is max, and is min).
 Reduction op_of(const c10d::ReduceOp &op, at::ScalarType t);
 
