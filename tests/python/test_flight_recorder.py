@@ -203,3 +203,22 @@ def test_dump_trace_without_a_directory_is_a_clear_error():
     r = _run_small({}, RING)
     assert r.returncode != 0
     assert "RUCCL_ERR_INVALID_ARGUMENT: dump_trace: no directory" in r.stderr, r.stderr[-2000:]
+
+
+ABORT = """
+import json, os, sys, torch, torch.distributed as dist, ruccl_pg
+from torch.distributed.distributed_c10d import _abort_process_group
+dist.init_process_group("ruccl")
+dist.all_reduce(torch.ones(3))
+_abort_process_group()
+d = json.load(open(os.path.join(os.environ["RUCCL_TRACE_DIR"], "ruccl_trace_rank_0.json")))
+print(json.dumps([d["reason"], [(e["kind"], e["state"]) for e in d["entries"]]]))
+"""
+
+
+def test_an_abort_writes_the_trace(tmp_path):
+    r = _run_small({"RUCCL_TRACE_DIR": str(tmp_path)}, ABORT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    reason, entries = json.loads(r.stdout.strip().splitlines()[-1])
+    assert reason == "abort"
+    assert entries == [["all_reduce", "done"]], entries
