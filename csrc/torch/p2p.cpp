@@ -121,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::gather(std::vector<std::vector
     }
   }
   ops.push_back({true, in, root, kCollectiveTag});
-  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops, false, nullptr, {in}, opts.timeout,
+  return enqueue(c10d::OpType::GATHER, "ruccl:gather", outs, nullptr, ops, false, nullptr, {}, opts.timeout,
                  {nullptr, root});
 }
 

@@ -68,6 +68,32 @@ def _moved(before, after, what):
     assert any(not torch.equal(a, b) for a, b in zip(before, after)), f"{what}: nothing changed"
 
 
+def _train(model, opt, batch_rank):
+    """STEPS steps of an MSE regression on batch_rank's batches; the losses."""
+    losses = []
+    for step in range(STEPS):
+        x, y = _batch(batch_rank, step)
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach().clone())
+    return losses
+
+
+def _mesh_training_matches_gloo(train, seed, what):
+    """train(mesh) -> (full parameters, losses), over a 1-D mesh of the backend under test
+    and one of gloo: the same numbers, and the parameters moved from _mlp(seed)'s."""
+    from torch.distributed.device_mesh import DeviceMesh
+    ours_g, gloo_g = _groups()
+    ours = train(DeviceMesh.from_group(ours_g, "cpu"))
+    gloo = train(DeviceMesh.from_group(gloo_g, "cpu"))
+    _same(ours[0], gloo[0], f"{what} parameters")
+    _same(ours[1], gloo[1], f"{what} losses")
+    _moved(_full(_mlp(seed=seed).parameters()), ours[0], f"{what} training")
+    dist.destroy_process_group(gloo_g)
+
+
 def _full(params):
     """Plain tensors of (possibly DTensor) parameters, full size."""
     from torch.distributed.tensor import DTensor
@@ -87,27 +113,12 @@ def _train_fsdp(rank, mesh, divide_factor=None):
     fully_shard(model, mesh=mesh)
     if divide_factor is not None:
         model.set_gradient_divide_factor(divide_factor)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses = []
-    for step in range(STEPS):
-        x, y = _batch(rank, step)
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach().clone())
+    losses = _train(model, torch.optim.Adam(model.parameters(), lr=0.01), rank)
     return _full(model.parameters()), losses
 
 
 def w_fsdp2(rank, ws):
-    from torch.distributed.device_mesh import DeviceMesh
-    ours_g, gloo_g = _groups()
-    ours = _train_fsdp(rank, DeviceMesh.from_group(ours_g, "cpu"))
-    gloo = _train_fsdp(rank, DeviceMesh.from_group(gloo_g, "cpu"))
-    _same(ours[0], gloo[0], "FSDP2 parameters")
-    _same(ours[1], gloo[1], "FSDP2 losses")
-    _moved(_full(_mlp(seed=5).parameters()), ours[0], "FSDP2 training")
-    dist.destroy_process_group(gloo_g)
+    _mesh_training_matches_gloo(lambda mesh: _train_fsdp(rank, mesh), 5, "FSDP2")
 
 
 def test_fsdp2_matches_gloo(pools):
@@ -199,27 +210,12 @@ def _train_tp(rank, mesh):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     model = _mlp(seed=9)
     parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = []
-    for step in range(STEPS):
-        x, y = _batch(0, step)  # tensor parallel: every rank sees the same batch
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach().clone())
+    losses = _train(model, torch.optim.SGD(model.parameters(), lr=0.05), 0)  # every rank: the same batch
     return _full(model.parameters()), losses
 
 
 def w_tensor_parallel(rank, ws):
-    from torch.distributed.device_mesh import DeviceMesh
-    ours_g, gloo_g = _groups()
-    ours = _train_tp(rank, DeviceMesh.from_group(ours_g, "cpu"))
-    gloo = _train_tp(rank, DeviceMesh.from_group(gloo_g, "cpu"))
-    _same(ours[0], gloo[0], "tensor-parallel parameters")
-    _same(ours[1], gloo[1], "tensor-parallel losses")
-    _moved(_full(_mlp(seed=9).parameters()), ours[0], "tensor-parallel training")
-    dist.destroy_process_group(gloo_g)
+    _mesh_training_matches_gloo(lambda mesh: _train_tp(rank, mesh), 9, "tensor-parallel")
 
 
 def test_tensor_parallel_matches_gloo(pools):
