@@ -35,7 +35,7 @@ def load(directory):
         m = FILE_RE.search(path)
         if not m:
             continue
-        with open(path) as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             dumps[int(m.group(1))] = json.load(f)
     return dumps
 
@@ -52,8 +52,9 @@ def _describe(e):
 
 
 def _signature(e):
-    return (e["kind"], e.get("dtype"), tuple(e["shape"]) if e.get("shape") is not None else None, e.get("op"),
-            e.get("root", -1))
+    # all-to-all's shapes may differ between ranks (uneven splits): its dtype must not
+    shape = None if e["kind"].startswith("all_to_all") or e.get("shape") is None else tuple(e["shape"])
+    return (e["kind"], e.get("dtype"), shape, e.get("op"), e.get("root", -1))
 
 
 def _ranks(rs):
@@ -85,7 +86,9 @@ def analyse_group(name, size, per_rank, dumped_ns):
     top = max(issued.values()) if issued else -1
     for seq in range(0, top + 1):
         have = {r: coll[r][seq] for r in present if seq in coll[r]}
-        known = [r for r in present if seq >= oldest[r]]  # ranks whose ring still covers seq
+        # ranks whose ring still covers seq (a rank with no collective of this group in
+        # its ring, all pushed out by other groups' calls, says nothing)
+        known = [r for r in present if coll[r] and seq >= oldest[r]]
         never = [r for r in known if r not in have and issued[r] < seq]
         sigs = Counter(_signature(e) for e in have.values())
         if len(sigs) > 1:
@@ -151,10 +154,14 @@ def analyse(dumps):
     per_group = defaultdict(dict)  # name -> {group rank: entries}
     dumped = defaultdict(dict)
     for prank, d in sorted(dumps.items()):
+        seen = Counter()
         for index, g in enumerate(d["groups"]):
-            groups.setdefault(g["name"], g["size"])
-            per_group[g["name"]][g["rank"]] = [e for e in d["entries"] if e["group"] == index]
-            dumped[g["name"]][g["rank"]] = d["dumped_ns"]
+            # a name made again (the world group after destroy and init) is another group
+            seen[g["name"]] += 1
+            name = g["name"] if seen[g["name"]] == 1 else f"{g['name']} (#{seen[g['name']]})"
+            groups.setdefault(name, g["size"])
+            per_group[name][g["rank"]] = [e for e in d["entries"] if e["group"] == index]
+            dumped[name][g["rank"]] = d["dumped_ns"]
     lines = [f"ruccl trace: {len(dumps)} files (process ranks {', '.join(map(str, sorted(dumps)))})"]
     culprits, all_ok = {}, True
     # the biggest group (the world) first, then the others that have something to say

@@ -3,8 +3,8 @@
 // waits; a job's errors complete its work; coalescing blocks run as one job; shutdown
 // and abort.  The parts, top-down: rendezvous.cpp (the registration), collectives.cpp
 // and p2p.cpp (each c10d call as core calls), work.cpp and streams.cpp (the Work and
-// its stream contract), tensors.cpp (views, staging, reduce ops, argument checks),
-// errors.hpp (the error text).
+// its stream contract), flight_recorder.cpp (what each call did, for the trace),
+// tensors.cpp (views, staging, reduce ops, argument checks), errors.hpp (the error text).
 #include "ProcessGroupRuccl.hpp"
 
 #include <c10/util/Exception.h>
@@ -19,19 +19,14 @@
 namespace ruccl_torch {
 ProcessGroupRuccl::~ProcessGroupRuccl() { shutdown(); }
 
-// Runs what was queued, fails what was being coalesced, stops the workers and ends
-// this peer's session.  Called again (destroy_process_group, then the destructor),
-// it waits for the first call.  Called on a worker (a future callback that destroys
-// the group), that worker is let go instead of joined: it touches nothing of ours
-// after the callback (see worker_loop).
 // Every blocked or queued call of this group returns RUCCL_ERR_ABORTED promptly (on
 // the other ranks too), then the group shuts down.
 void ProcessGroupRuccl::abort() {
-  FlightRecorder::get().dump_if_configured("abort");
   {
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_) ruccl_comm_abort(comm_);
   }
+  FlightRecorder::get().dump_if_configured("abort");
   shutdown();
 }
 
@@ -42,6 +37,11 @@ void ProcessGroupRuccl::setTimeout(std::chrono::milliseconds timeout) {
   if (comm_) check(ruccl_comm_set_timeout(comm_, timeout_ms_)); // for the receives posted from now on
 }
 
+// Runs what was queued, fails what was being coalesced, stops the workers and ends
+// this peer's session.  Called again (destroy_process_group, then the destructor),
+// it waits for the first call.  Called on a worker (a future callback that destroys
+// the group), that worker is let go instead of joined: it touches nothing of ours
+// after the callback (see worker_loop).
 void ProcessGroupRuccl::shutdown() {
   std::vector<Job> stale;
   std::vector<std::thread> workers;
@@ -122,7 +122,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
       fail(RUCCL_ERR_INVALID_ARGUMENT, std::string(title) + " with async_op=False inside a coalescing block: "
                                                          "it would wait for ops that run only at its end");
     bool now = !q_->coalescing && caller_waits && !q_->busy && q_->jobs.empty(); // inline, on this thread
-    bool is_p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV || type == c10d::OpType::RECVANYSOURCE;
+    bool is_p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
+                  type == c10d::OpType::RECVANYSOURCE || trace.p2p;
     uint64_t seq = is_p2p ? p2p_seq_++ : seq_++; // numbered from 0, as the core numbers its collectives
     job.trace_id = FlightRecorder::get().issued(trace_group_, seq, is_p2p, kind, described, trace, now);
     job.trace_started = now;
@@ -230,8 +231,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
     jobs.swap(q_->coalesced);
   }
   std::vector<at::Tensor> outputs;
-  for (auto &j : jobs)
+  bool all_p2p = !jobs.empty(); // a block of sends and receives (batch_isend_irecv) is point-to-point
+  for (auto &j : jobs) {
     for (auto &t : j.work->result()) outputs.push_back(t);
+    all_p2p &= !j.p2p.empty();
+  }
   auto shared = std::make_shared<std::vector<Job>>(std::move(jobs));
   auto errors = std::make_shared<std::vector<std::exception_ptr>>(shared->size());
   // Runs the recorded ops in order, consecutive point-to-point ones as one group; an
@@ -248,6 +252,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
         for (j = i; j < jobs.size() && !jobs[j].p2p.empty(); j++) {
           group.p2p.insert(group.p2p.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
           syncs.push_back(jobs[j].sync);
+          FlightRecorder::get().started(jobs[j].trace_id);
+          std::strncpy(jobs[j].algorithm, "p2p", sizeof jobs[j].algorithm - 1);
         }
         group.sync = merge_syncs(syncs);
         error = run_job(group);
@@ -260,9 +266,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
       if (!e) e = error;
     if (error) std::rethrow_exception(error);
   };
+  TraceCall trace;
+  trace.p2p = all_p2p;
   return enqueue(c10d::OpType::COALESCED, "ruccl:coalesced", outputs, run, {}, false, [shared, errors] {
     for (size_t i = 0; i < shared->size(); i++) complete((*shared)[i], (*errors)[i]);
-  });
+  }, {}, c10d::kUnsetTimeout, trace);
 }
 
 // Touches the backend only to run a job: a job is queued only while the backend lives,

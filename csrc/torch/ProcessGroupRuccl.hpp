@@ -3,9 +3,9 @@
 //
 // One process is one ruCCL node with one peer (peer id = group rank); the nodes
 // rendezvous through the c10d::Store torch hands the backend, so no extra server
-// runs.  Calls are queued in issue order to one worker thread per backend (the C
-// communicator is used by one thread at a time, and ops must run in the order the
-// ranks issued them); each returns a Work whose future completes with the output
+// runs.  Calls are queued in issue order and run one at a time (on one of the
+// backend's two workers, or inline on a caller that waits: the C communicator is used
+// by one thread at a time, and ops must run in the order the ranks issued them); each returns a Work whose future completes with the output
 // tensors.  Tensors the C core cannot take directly go through copies here:
 // non-contiguous ones through contiguous copies on their device, CUDA tensors
 // through host copies unless the extension is built with CUDA (RUCCL_TORCH_CUDA:
@@ -197,7 +197,7 @@ class ProcessGroupRuccl : public c10d::Backend {
     int64_t timeout_ms = 0;           // the op's own; 0: the group's
     uint64_t trace_id = 0;            // its flight recorder entry (0: none)
     bool trace_started = false;       // the entry says running already (a job run inline)
-    char algorithm[48] = {};          // how the core ran it (ruccl_comm_algorithm), for the recorder
+    char algorithm[64] = {};          // how the core ran it (ruccl_comm_algorithm), for the recorder
   };
 
   // Receives in flight, for the completer thread.
@@ -231,6 +231,8 @@ class ProcessGroupRuccl : public c10d::Backend {
                                          std::chrono::milliseconds timeout = c10d::kUnsetTimeout,
                                          TraceCall trace = {});
   c10::intrusive_ptr<c10d::Work> post_p2p(bool send, at::Tensor t, int peer, int tag);
+  c10::intrusive_ptr<c10d::Work> after_all(c10d::OpType type, const char *title, std::vector<at::Tensor> outputs,
+                                           std::vector<c10::intrusive_ptr<c10d::Work>> works);
   static void completer_loop(std::shared_ptr<P2pState> st);
   static void worker_loop(ProcessGroupRuccl *self, std::shared_ptr<Queue> q);
   // Runs the job (never throws); returns the error, if any, for complete().

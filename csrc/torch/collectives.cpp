@@ -7,6 +7,36 @@
 #include "tensors.hpp"
 
 namespace ruccl_torch {
+namespace {
+
+// The options of one op of a coalesced form: queued, whether or not the caller waits
+// for the whole (inside a coalescing block an op that waits would wait for its end).
+template <typename Options>
+Options queued(const Options &opts) {
+  Options o = opts;
+  o.asyncOp = true;
+  return o;
+}
+
+}  // namespace
+
+// A coalesced form's work: queued after its ops, done when they are, failed if any
+// failed.  Inside a coalescing block (torch's _coalescing_manager with a device) its
+// ops complete only when the block has run: there it waits for nothing, and completes
+// after them, in order, as the block's works do.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::after_all(c10d::OpType type, const char *title,
+                                                            std::vector<at::Tensor> outputs,
+                                                            std::vector<c10::intrusive_ptr<c10d::Work>> works) {
+  bool coalescing;
+  {
+    std::lock_guard<std::mutex> lock(q_->mu);
+    coalescing = q_->coalescing;
+  }
+  if (coalescing) return enqueue(type, title, std::move(outputs), [] {});
+  return enqueue(type, title, std::move(outputs), [works] {
+    for (auto &w : works) w->wait();
+  });
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allreduce(std::vector<at::Tensor> &tensors,
                                                             const c10d::AllreduceOptions &opts) {
@@ -126,13 +156,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_coalesced(std::vecto
     std::vector<std::vector<at::Tensor>> o(1);
     for (int r = 0; r < size_; r++) o[0].push_back(outputs[r][k]);
     std::vector<at::Tensor> in{inputs[k]};
-    works.push_back(allgather(o, in, opts));
+    works.push_back(allgather(o, in, queued(opts)));
   }
   for (const auto &o : outputs) all_outputs.insert(all_outputs.end(), o.begin(), o.end());
-  // Queued after the gathers: done when they are, failed if any failed.
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "ruccl:all_gather_coalesced", all_outputs, [works] {
-    for (auto &w : works) w->wait();
-  });
+  return after_all(c10d::OpType::ALLGATHER_COALESCED, "ruccl:all_gather_coalesced", all_outputs, works);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
@@ -142,10 +169,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::allgather_into_tensor_coalesce
     fail(RUCCL_ERR_INVALID_ARGUMENT, "allgather_into_tensor_coalesced: output and input counts differ");
   for (size_t i = 0; i < inputs.size(); i++) check_gather_base(outputs[i], inputs[i], size_);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (size_t i = 0; i < inputs.size(); i++) works.push_back(_allgather_base(outputs[i], inputs[i], opts));
-  return enqueue(c10d::OpType::COALESCED, "ruccl:all_gather_into_tensor_coalesced", outputs, [works] {
-    for (auto &w : works) w->wait();
-  });
+  for (size_t i = 0; i < inputs.size(); i++) works.push_back(_allgather_base(outputs[i], inputs[i], queued(opts)));
+  return after_all(c10d::OpType::COALESCED, "ruccl:all_gather_into_tensor_coalesced", outputs, works);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
@@ -195,10 +220,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce_scatter_tensor_coalesce
     fail(RUCCL_ERR_INVALID_ARGUMENT, "reduce_scatter_tensor_coalesced: output and input counts differ");
   for (size_t i = 0; i < inputs.size(); i++) check_scatter_base(outputs[i], inputs[i], opts.reduceOp, size_);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (size_t i = 0; i < inputs.size(); i++) works.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
-  return enqueue(c10d::OpType::COALESCED, "ruccl:reduce_scatter_tensor_coalesced", outputs, [works] {
-    for (auto &w : works) w->wait();
-  });
+  for (size_t i = 0; i < inputs.size(); i++)
+    works.push_back(_reduce_scatter_base(outputs[i], inputs[i], queued(opts)));
+  return after_all(c10d::OpType::COALESCED, "ruccl:reduce_scatter_tensor_coalesced", outputs, works);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::barrier(const c10d::BarrierOptions &opts) {

@@ -72,13 +72,20 @@ void json_string(std::ostream &o, const char *s) {
   o << '"';
 }
 
-// SIGUSR1: the handler only writes a byte to a pipe; a thread of ours dumps.
+// The dumper's wake-up: a byte on a pipe, kSignal from the SIGUSR1 handler (all it
+// does: write() is async-signal-safe), kError when errors come faster than one a second.
 int g_signal_pipe[2] = {-1, -1};
 struct sigaction g_previous;
+constexpr char kSignal = 1, kError = 2;
+
+void wake(char why) {
+  ssize_t ignored = write(g_signal_pipe[1], &why, 1);  // non-blocking: a full pipe has a wake-up pending
+  (void)ignored;
+}
 
 void on_sigusr1(int sig, siginfo_t *info, void *ctx) {
   int saved = errno;
-  char b = 1;
+  char b = kSignal;
   ssize_t ignored = write(g_signal_pipe[1], &b, 1);
   (void)ignored;
   errno = saved;
@@ -123,23 +130,34 @@ FlightRecorder::FlightRecorder() {
   if (dir && *dir) dir_ = dir;
   const char *rank = std::getenv("RANK");
   if (rank && *rank) process_rank_ = std::atoi(rank);
-  if (capacity_ > 0 && !dir_.empty()) install_signal_handler();
+  if (capacity_ > 0 && !dir_.empty()) start_dumper();
 }
 
-void FlightRecorder::install_signal_handler() {
+void FlightRecorder::dumper_loop() {
+  char bytes[64];
+  for (;;) {
+    ssize_t n = read(g_signal_pipe[0], bytes, sizeof bytes);  // every wake-up so far: one dump
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    bool signal = false;
+    for (ssize_t i = 0; i < n; i++) signal |= bytes[i] == kSignal;
+    std::string reason = "SIGUSR1";
+    if (!signal) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reason = pending_reason_;
+    }
+    dump_if_configured(reason);
+  }
+}
+
+// SIGUSR1 no longer ends the process (its default): it writes the trace, then runs the
+// handler it replaced, if that was a function.
+void FlightRecorder::start_dumper() {
   if (pipe(g_signal_pipe) != 0) return;
   fcntl(g_signal_pipe[0], F_SETFD, FD_CLOEXEC);
   fcntl(g_signal_pipe[1], F_SETFD, FD_CLOEXEC);
   fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
-  std::thread([this] {
-    char b;
-    for (;;) {
-      ssize_t n = read(g_signal_pipe[0], &b, 1);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      dump_if_configured("SIGUSR1");
-    }
-  }).detach();
+  std::thread([this] { dumper_loop(); }).detach();
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_sigusr1;
@@ -222,13 +240,26 @@ void FlightRecorder::finished(uint64_t id, const char *algorithm, std::exception
     copy_text(e->algorithm, sizeof e->algorithm, algorithm);
     if (error) copy_text(e->error, sizeof e->error, why.c_str());
   }
-  if (error) dump_if_configured("error: " + why.substr(0, why.find(':')));
+  if (!error || dir_.empty()) return;
+  // The first error of a burst is written before its caller sees it; the rest of the
+  // burst (every queued call fails after a lost peer) by the dumper, once.
+  std::string reason = "error: " + why.substr(0, why.find(':'));
+  bool now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now = t - last_error_dump_ns_ >= 1000000000;
+    if (now) last_error_dump_ns_ = t;
+    else pending_reason_ = reason;
+  }
+  if (now) dump_if_configured(reason);
+  else wake(kError);
 }
 
 std::string FlightRecorder::dump(const std::string &dir_arg, const std::string &reason) {
   std::string dir = dir_arg.empty() ? dir_ : dir_arg;
   if (dir.empty())
     fail(RUCCL_ERR_INVALID_ARGUMENT, "dump_trace: no directory (pass one, or set RUCCL_TRACE_DIR)");
+  std::lock_guard<std::mutex> writing(dump_mu_);  // the later snapshot is the one the file keeps
   std::vector<Entry> entries;
   std::vector<Group> groups;
   int rank;
@@ -287,8 +318,9 @@ std::string FlightRecorder::dump(const std::string &dir_arg, const std::string &
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
-    fail(RUCCL_ERR_IO, "dump_trace: cannot write " + path + ": " + std::strerror(errno));
+    fail(RUCCL_ERR_IO, "dump_trace: cannot write " + path + ": " + why);
   }
   return path;
 }

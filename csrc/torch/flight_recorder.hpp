@@ -30,6 +30,7 @@ enum class TraceState : uint8_t { Queued, Running, Done, Error };
 struct TraceCall {
   const char *op = nullptr;  // the reduce op's name (SUM, AVG, PREMUL_SUM...), or none
   int root = -1;             // the root (broadcast, reduce, gather, scatter), or -1
+  bool p2p = false;          // point-to-point, though not a send or receive (a coalesced block of them)
 };
 
 // The tensors of a call, as an entry keeps them: the first one's dtype and shape, and
@@ -84,7 +85,7 @@ class FlightRecorder {
     TraceTensors tensors;
     const char *op = nullptr;
     int32_t root = -1;
-    char algorithm[48] = {};
+    char algorithm[64] = {};
     int64_t issued_ns = 0, started_ns = 0, finished_ns = 0;
     TraceState state = TraceState::Queued;
     char error[160] = {};  // the error's text (its first bytes)
@@ -96,9 +97,13 @@ class FlightRecorder {
 
   FlightRecorder();
   Entry *find(uint64_t id);  // under mu_; null when overwritten or unknown
-  void install_signal_handler();
+  void start_dumper();       // the thread that writes what SIGUSR1 and error bursts ask for
+  void dumper_loop();
 
   std::mutex mu_;
+  std::mutex dump_mu_;  // one file write at a time (errors on several threads, SIGUSR1)
+  int64_t last_error_dump_ns_ = 0;  // under mu_: errors within a second of it are written by the dumper
+  std::string pending_reason_;      // under mu_: why the dumper was woken for an error
   size_t capacity_ = 0;
   std::vector<Entry> ring_;
   uint64_t next_id_ = 1;

@@ -200,7 +200,7 @@ def test_a_bad_trace_buffer_is_a_clear_error():
 
 
 def test_dump_trace_without_a_directory_is_a_clear_error():
-    r = _run_small({}, RING)
+    r = _run_small({"RUCCL_TRACE_DIR": ""}, RING)
     assert r.returncode != 0
     assert "RUCCL_ERR_INVALID_ARGUMENT: dump_trace: no directory" in r.stderr, r.stderr[-2000:]
 
@@ -222,3 +222,78 @@ def test_an_abort_writes_the_trace(tmp_path):
     reason, entries = json.loads(r.stdout.strip().splitlines()[-1])
     assert reason == "abort"
     assert entries == [["all_reduce", "done"]], entries
+
+
+CONCURRENT = """
+import json, os, sys, threading, torch, torch.distributed as dist, ruccl_pg
+dist.init_process_group("ruccl")
+for i in range(300):
+    dist.all_reduce(torch.ones(2))
+threads = [threading.Thread(target=lambda: [ruccl_pg.dump_trace() for _ in range(20)]) for _ in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+d = json.load(open(os.path.join(os.environ["RUCCL_TRACE_DIR"], "ruccl_trace_rank_0.json")))
+print(len(d["entries"]), sorted(os.listdir(os.environ["RUCCL_TRACE_DIR"])))
+"""
+
+
+def test_dumps_from_several_threads_at_once_leave_one_whole_file(tmp_path):
+    r = _run_small({"RUCCL_TRACE_DIR": str(tmp_path)}, CONCURRENT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "300 ['ruccl_trace_rank_0.json']", r.stdout
+
+
+# --------------------------------------------------------------------------------------
+# the analyser alone, on made-up traces
+
+
+def _entry(seq, kind="all_reduce", shape=(4,), state="done", group=0, p2p=False, error="", dtype="Float", op="SUM"):
+    return {"id": 0, "group": group, "seq": seq, "p2p": p2p, "kind": kind, "dtype": dtype, "shape": list(shape),
+            "tensors": 1, "op": op, "root": -1, "algorithm": "ring", "issued_ns": 1, "started_ns": 2,
+            "finished_ns": 3, "state": state, "error": error}
+
+
+def _dump(rank, groups, entries):
+    return {"version": 1, "rank": rank, "pid": 1, "reason": "test", "dumped_ns": 10, "capacity": 2000,
+            "groups": groups, "entries": entries}
+
+
+def _verdict(dumps):
+    from ruccl_pg.trace import analyse
+    lines, culprits, ok = analyse(dumps)
+    return "\n".join(lines), culprits, ok
+
+
+def test_analyser_uneven_all_to_all_and_point_to_point_are_no_difference():
+    w = [{"name": "0", "rank": r, "size": 2} for r in range(2)]
+    dumps = {r: _dump(r, [w[r]], [_entry(0), _entry(1, "all_to_all_single", shape=(3 + r,), op=None),
+                                  _entry(0, "send" if r == 0 else "recv", shape=(5,), p2p=True, op=None),
+                                  _entry(2)]) for r in range(2)}
+    report, culprits, ok = _verdict(dumps)
+    assert ok and culprits == {}, report
+    dumps[1]["entries"][1]["dtype"] = "Double"  # another dtype is a difference
+    report, culprits, ok = _verdict(dumps)
+    assert culprits == {"0": [0, 1]} and not ok, report  # two ranks: no majority, both named
+
+
+def test_analyser_a_rank_whose_ring_lost_the_group_is_not_blamed():
+    w = [{"name": "0", "rank": r, "size": 3} for r in range(3)]
+    sub = {"name": "5", "rank": 0, "size": 1}
+    dumps = {r: _dump(r, [w[r]], [_entry(s) for s in range(4)]) for r in range(2)}
+    dumps[2] = _dump(2, [w[2], sub], [_entry(s, group=1) for s in range(7)])  # only the other group's calls left
+    report, culprits, ok = _verdict(dumps)
+    assert culprits == {} and ok, report
+
+
+def test_analyser_keeps_a_group_made_again_apart():
+    first = [{"name": "0", "rank": r, "size": 2} for r in range(2)]
+    dumps = {}
+    for r in range(2):
+        groups = [first[r], dict(first[r])]  # destroy_process_group, then init again: the name "0" again
+        entries = [_entry(s) for s in range(3)] + [_entry(0, group=1, shape=(4 + 2 * r,))]
+        dumps[r] = _dump(r, groups, entries)
+    dumps[1]["entries"][-1]["state"] = "error"
+    dumps[1]["entries"][-1]["error"] = "RUCCL_ERR_SHAPE_MISMATCH: x"
+    report, culprits, ok = _verdict(dumps)
+    assert not ok and "0 (#2)" in culprits and "0" not in culprits, report
+    assert 'group "0 (#2)"' in report and "collective #0" in report, report

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from dist_harness import BACKEND
+from dist_harness import BACKEND, skip_on_gloo
 
 STEPS = 3
 
@@ -451,21 +451,23 @@ def test_object_collectives_match_gloo(pools):
     pools.run(2, w_objects)
 
 
-def _coalesced(rank, ws, group):
+def _coalesced(rank, ws, group, device=None):
+    """device: torch's _coalescing_manager then brackets the coalesced calls with the
+    backend's startCoalescing/endCoalescing (gloo has neither)."""
     from torch.distributed.distributed_c10d import _coalescing_manager
     a = torch.arange(5, dtype=torch.float32) + rank
     b = torch.arange(7, dtype=torch.float32) * (rank + 1)  # gloo: one dtype per coalesced all-reduce
-    with _coalescing_manager(group=group, async_ops=True) as cm:
+    with _coalescing_manager(group=group, device=device, async_ops=True) as cm:
         dist.all_reduce(a, group=group)
         dist.all_reduce(b, group=group)
     cm.wait()
     inputs = [torch.arange(4, dtype=torch.float32) * (rank + 1) + i for i in range(2)]
     gathered = [torch.empty(4 * ws) for _ in range(2)]
-    with _coalescing_manager(group=group):
+    with _coalescing_manager(group=group, device=device):
         for out, inp in zip(gathered, inputs):
             dist.all_gather_into_tensor(out, inp, group=group)
     scattered = [torch.empty(4) for _ in range(2)]
-    with _coalescing_manager(group=group):
+    with _coalescing_manager(group=group, device=device):
         for out, inp in zip(scattered, gathered):
             dist.reduce_scatter_tensor(out, inp, group=group)
     return [a, b] + gathered + scattered
@@ -482,6 +484,19 @@ def w_coalescing(rank, ws):
 
 def test_coalescing_manager_matches_gloo(pools):
     pools.run(2, w_coalescing)
+
+
+def w_coalescing_with_a_device(rank, ws):
+    ours_g, gloo_g = _groups()
+    ours = _coalesced(rank, ws, ours_g, device=torch.device("cpu"))
+    gloo = _coalesced(rank, ws, gloo_g)  # gloo: "does not implement startCoalescing"
+    _same(ours, gloo, "coalesced collectives in a block (device given)")
+    dist.destroy_process_group(gloo_g)
+
+
+@skip_on_gloo("gloo does not implement startCoalescing")
+def test_coalescing_manager_with_a_device_beyond_gloo(pools):
+    pools.run(2, w_coalescing_with_a_device)
 
 
 def _uneven_a2a(rank, ws, group):
