@@ -33,11 +33,28 @@ STEPS = 3
 # helpers (run inside the workers)
 
 
-def _groups(ranks=None):
-    """(group of the backend under test, gloo group) over ``ranks`` (default: everyone)."""
-    if ranks is None:
-        return dist.group.WORLD, dist.new_group(backend="gloo")
-    return dist.new_group(ranks, backend=BACKEND), dist.new_group(ranks, backend="gloo")
+# Every gloo group a test makes, held for the worker's life.  A DDP comm hook (PowerSGD)
+# leaves Python callbacks on gloo's futures that hold the group; were the last reference
+# dropped there, on one of gloo's own threads, ProcessGroupGloo's destructor would join
+# that thread from itself and abort the process (std::system_error, "Resource deadlock
+# avoided": seen in torch 2.13, 3 runs of 8).  Held here, the group is freed at exit.
+_GLOO_GROUPS = []
+
+
+def _groups():
+    """(the world group of the backend under test, a new gloo group over every rank)."""
+    gloo = dist.new_group(backend="gloo")
+    _GLOO_GROUPS.append(gloo)
+    return dist.group.WORLD, gloo
+
+
+def _on_both(run):
+    """(run(world group of the backend under test), run(a gloo group)), the gloo group
+    made for the two runs and destroyed after them."""
+    ours_g, gloo_g = _groups()
+    ours, gloo = run(ours_g), run(gloo_g)
+    dist.destroy_process_group(gloo_g)
+    return ours, gloo
 
 
 def _mlp(seed, width=16):
@@ -85,13 +102,10 @@ def _mesh_training_matches_gloo(train, seed, what):
     """train(mesh) -> (full parameters, losses), over a 1-D mesh of the backend under test
     and one of gloo: the same numbers, and the parameters moved from _mlp(seed)'s."""
     from torch.distributed.device_mesh import DeviceMesh
-    ours_g, gloo_g = _groups()
-    ours = train(DeviceMesh.from_group(ours_g, "cpu"))
-    gloo = train(DeviceMesh.from_group(gloo_g, "cpu"))
+    ours, gloo = _on_both(lambda g: train(DeviceMesh.from_group(g, "cpu")))
     _same(ours[0], gloo[0], f"{what} parameters")
     _same(ours[1], gloo[1], f"{what} losses")
     _moved(_full(_mlp(seed=seed).parameters()), ours[0], f"{what} training")
-    dist.destroy_process_group(gloo_g)
 
 
 def _full(params):
@@ -191,15 +205,12 @@ def _dtensor_ops(mesh):
 
 def w_dtensor(rank, ws):
     from torch.distributed.device_mesh import DeviceMesh
-    ours_g, gloo_g = _groups()
-    ours = _dtensor_ops(DeviceMesh.from_group(ours_g, "cpu"))
-    gloo = _dtensor_ops(DeviceMesh.from_group(gloo_g, "cpu"))
+    ours, gloo = _on_both(lambda g: _dtensor_ops(DeviceMesh.from_group(g, "cpu")))
     _same(ours, gloo, "DTensor results")
     torch.manual_seed(3)
     a, b = torch.randn(8, 6), torch.randn(6, 10)
     assert torch.allclose(ours[0], a @ b, rtol=1e-5, atol=1e-5), "DTensor matmul is wrong"
     assert torch.equal(ours[2], sum(torch.full((3, 5), float(r + 1)) for r in range(ws)) * torch.arange(15.).view(3, 5))
-    dist.destroy_process_group(gloo_g)
 
 
 def test_dtensor_matches_gloo(pools):
@@ -300,15 +311,12 @@ def _pipeline(rank, group):
 
 
 def w_pipelining(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _pipeline(rank, ours_g)
-    gloo = _pipeline(rank, gloo_g)
+    ours, gloo = _on_both(lambda g: _pipeline(rank, g))
     _same(ours[0], gloo[0], "pipeline stage parameters")
     _same(ours[1], gloo[1], "pipeline losses")
     full = _mlp(seed=13)
     before = [p.detach().clone() for p in (full[:2] if rank == 0 else full[2:]).parameters()]
     _moved(before, ours[0], "pipeline training")
-    dist.destroy_process_group(gloo_g)
 
 
 def test_pipelining_matches_gloo(pools):
@@ -373,12 +381,9 @@ def _train_powersgd(rank, group):
 
 
 def w_powersgd(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _train_powersgd(rank, ours_g)
-    gloo = _train_powersgd(rank, gloo_g)
+    ours, gloo = _on_both(lambda g: _train_powersgd(rank, g))
     _same(ours, gloo, "DDP + PowerSGD parameters")
     _moved([p.detach() for p in _mlp(seed=31, width=32).parameters()], ours, "DDP + PowerSGD training")
-    dist.destroy_process_group(gloo_g)
 
 
 def test_ddp_powersgd_hook_matches_gloo(pools):
@@ -404,15 +409,12 @@ def _train_zero(rank, group):
 
 
 def w_zero(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _train_zero(rank, ours_g)
-    gloo = _train_zero(rank, gloo_g)
+    ours, gloo = _on_both(lambda g: _train_zero(rank, g))
     _same(ours[0], gloo[0], "ZeroRedundancyOptimizer parameters")
     _same(ours[1], gloo[1], "ZeroRedundancyOptimizer consolidated state")
     _moved([p.detach() for p in _mlp(seed=41).parameters()], ours[0], "ZeroRedundancyOptimizer training")
     if rank == 0:
         assert len(ours[1]) == len(ours[0]), "the consolidated state misses parameters"
-    dist.destroy_process_group(gloo_g)
 
 
 def test_zero_redundancy_optimizer_matches_gloo(pools):
@@ -437,14 +439,11 @@ def _objects(rank, ws, group):
 
 
 def w_objects(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _objects(rank, ws, ours_g)
-    gloo = _objects(rank, ws, gloo_g)
+    ours, gloo = _on_both(lambda g: _objects(rank, ws, g))
     assert ours == gloo, (ours, gloo)
     assert ours[0] == [{"rank": r, "name": f"r{r}", "values": list(range(r + 2))} for r in range(ws)]
     assert ours[1][0]["payload"] == "x" * 300
     assert ours[3] == [f"to {rank}"]
-    dist.destroy_process_group(gloo_g)
 
 
 def test_object_collectives_match_gloo(pools):
@@ -474,12 +473,9 @@ def _coalesced(rank, ws, group, device=None):
 
 
 def w_coalescing(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _coalesced(rank, ws, ours_g)
-    gloo = _coalesced(rank, ws, gloo_g)
+    ours, gloo = _on_both(lambda g: _coalesced(rank, ws, g))
     _same(ours, gloo, "coalesced collectives")
     assert torch.equal(ours[0], sum(torch.arange(5, dtype=torch.float32) + r for r in range(ws)))
-    dist.destroy_process_group(gloo_g)
 
 
 def test_coalescing_manager_matches_gloo(pools):
@@ -511,16 +507,13 @@ def _uneven_a2a(rank, ws, group):
 
 
 def w_uneven_a2a(rank, ws):
-    ours_g, gloo_g = _groups()
-    ours = _uneven_a2a(rank, ws, ours_g)
-    gloo = _uneven_a2a(rank, ws, gloo_g)
+    ours, gloo = _on_both(lambda g: _uneven_a2a(rank, ws, g))
     _same([ours], [gloo], "uneven all_to_all_single")
     expected = []
     for s in range(ws):
         off = sum((s + 1) * (d + 1) for d in range(rank))
         expected.append(torch.arange(off, off + (s + 1) * (rank + 1), dtype=torch.float32) + 1000 * s)
     assert torch.equal(ours, torch.cat(expected)), (ours, expected)
-    dist.destroy_process_group(gloo_g)
 
 
 def test_uneven_all_to_all_single_matches_gloo(pools):
