@@ -68,7 +68,6 @@ def analyse_group(name, size, per_rank, dumped_ns):
     present = sorted(per_rank)
     missing = [r for r in range(size) if r not in per_rank]
     coll = {r: {e["seq"]: e for e in per_rank[r] if not e["p2p"]} for r in present}
-    p2p = {r: [e for e in per_rank[r] if e["p2p"]] for r in present}
 
     def last_done(r):
         done = [s for s, e in coll[r].items() if e["state"] == "done"]
@@ -80,7 +79,7 @@ def analyse_group(name, size, per_rank, dumped_ns):
         lines.append("  last completed collective: " + ", ".join(f"rank {r} {last_done(r)}" for r in present))
 
     # the first sequence number where the ranks part
-    first_diff = None
+    first_diff, never_callers = None, []
     issued = {r: max(coll[r]) if coll[r] else -1 for r in present}
     oldest = {r: min(coll[r]) if coll[r] else 0 for r in present}
     top = max(issued.values()) if issued else -1
@@ -107,7 +106,7 @@ def analyse_group(name, size, per_rank, dumped_ns):
                          f"{_ranks(never)} never called it (last: "
                          + ", ".join(f"#{issued[r]} {_describe(coll[r][issued[r]])}" if issued[r] >= 0 else "none"
                                      for r in never) + ")")
-            first_diff = seq
+            first_diff, never_callers = seq, never
             break
 
     # errors, and calls still in flight at dump time
@@ -121,8 +120,10 @@ def analyse_group(name, size, per_rank, dumped_ns):
         lines.append(f"  error: {_ranks([r for r, _ in who])} at {what}: {who[0][1]}")
     if len(errors) > 4:
         lines.append(f"  ... and {len(errors) - 4} more failed calls")
+    stuck = False
     for r in present:
         pending = [e for e in per_rank[r] if e["state"] in ("queued", "running")]
+        stuck |= bool(pending)
         if pending:
             e = pending[0]
             since = (dumped_ns[r] - (e["started_ns"] or e["issued_ns"])) / 1e9
@@ -135,7 +136,7 @@ def analyse_group(name, size, per_rank, dumped_ns):
             culprits = missing
             why = "left no trace: killed, or frozen and never asked for one (SIGUSR1)"
         elif first_diff is not None:
-            culprits = [r for r in present if first_diff not in coll[r] and issued[r] < first_diff]
+            culprits = never_callers
             why = f"never called collective #{first_diff}, which the others wait in or failed in"
         else:
             why = ""
@@ -143,8 +144,7 @@ def analyse_group(name, size, per_rank, dumped_ns):
             lines.append(f"  culprit: {_ranks(culprits)} {why}")
     else:
         lines.append(f"  culprit: {_ranks(culprits)} (called something else than the others at #{first_diff})")
-    ok = not culprits and not errors and first_diff is None and not missing and not any(
-        e["state"] in ("queued", "running") for r in present for e in per_rank[r])
+    ok = not culprits and not errors and first_diff is None and not missing and not stuck
     return lines, culprits, ok
 
 

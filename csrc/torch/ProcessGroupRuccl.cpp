@@ -105,14 +105,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
   touched.insert(touched.end(), inputs.begin(), inputs.end());
   for (const auto &op : p2p) touched.push_back(op.tensor);
   std::shared_ptr<StreamSync> sync = sync_at_issue(touched); // refuses a CUDA graph capture
+  FlightRecorder &recorder = FlightRecorder::get();
   TraceTensors described;  // what the flight recorder says of the call's tensors
-  if (FlightRecorder::get().enabled()) {
+  if (recorder.enabled()) {
     if (!inputs.empty()) described = TraceTensors::of(inputs);
     else if (!outputs.empty()) described = TraceTensors::of(outputs);
     else for (const auto &op : p2p) described.add(op.tensor);
   }
   auto work = c10::make_intrusive<WorkRuccl>(rank_, type, title, std::move(outputs), std::move(touched), sync);
-  const char *kind = std::strncmp(title, "ruccl:", 6) == 0 ? title + 6 : title;
   Job job{std::move(run), std::move(p2p), work, std::move(sync), std::move(after),
           timeout.count() > 0 ? timeout.count() : 0};
   {
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::enqueue(c10d::OpType type, con
     bool is_p2p = type == c10d::OpType::SEND || type == c10d::OpType::RECV ||
                   type == c10d::OpType::RECVANYSOURCE || trace.p2p;
     uint64_t seq = is_p2p ? p2p_seq_++ : seq_++; // numbered from 0, as the core numbers its collectives
-    job.trace_id = FlightRecorder::get().issued(trace_group_, seq, is_p2p, kind, described, trace, now);
+    job.trace_id = recorder.issued(trace_group_, seq, is_p2p, title, described, trace, now);
     job.trace_started = now;
     if (q_->coalescing) {
       q_->coalesced.push_back(std::move(job));
@@ -161,7 +161,7 @@ std::exception_ptr ProcessGroupRuccl::run_job(Job &job) {
   std::exception_ptr error = run_job_body(job);
   if (job.trace_id) { // copied now: the next job may run before this one completes
     const char *algorithm = "";
-    if (!job.p2p.empty()) algorithm = "p2p";
+    if (!job.p2p.empty()) algorithm = kP2pAlgorithm;
     else ruccl_comm_algorithm(comm_, &algorithm);
     std::strncpy(job.algorithm, algorithm, sizeof job.algorithm - 1);
   }
@@ -253,7 +253,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::endCoalescing() {
           group.p2p.insert(group.p2p.end(), jobs[j].p2p.begin(), jobs[j].p2p.end());
           syncs.push_back(jobs[j].sync);
           FlightRecorder::get().started(jobs[j].trace_id);
-          std::strncpy(jobs[j].algorithm, "p2p", sizeof jobs[j].algorithm - 1);
+          std::strncpy(jobs[j].algorithm, kP2pAlgorithm, sizeof jobs[j].algorithm - 1);
         }
         group.sync = merge_syncs(syncs);
         error = run_job(group);

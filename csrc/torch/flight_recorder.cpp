@@ -183,9 +183,10 @@ FlightRecorder::Entry *FlightRecorder::find(uint64_t id) {
   return e.id == id ? &e : nullptr;
 }
 
-uint64_t FlightRecorder::issued(uint32_t group, uint64_t seq, bool p2p, const char *kind,
+uint64_t FlightRecorder::issued(uint32_t group, uint64_t seq, bool p2p, const char *title,
                                 const TraceTensors &tensors, const TraceCall &call, bool started) {
   if (!capacity_) return 0;
+  const char *kind = std::strncmp(title, "ruccl:", 6) == 0 ? title + 6 : title;
   int64_t t = now_ns();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t id = next_id_++;

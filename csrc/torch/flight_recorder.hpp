@@ -51,6 +51,9 @@ struct TraceTensors {
   }
 };
 
+// The algorithm an entry of a send, a receive or a block of them names.
+constexpr const char *kP2pAlgorithm = "p2p";
+
 class FlightRecorder {
  public:
   static FlightRecorder &get();
@@ -61,8 +64,9 @@ class FlightRecorder {
   // A group of this process; its index in the dump's group table.
   uint32_t add_group(const std::string &name, int rank, int size);
 
-  // A call issued: its record id (0 when the recorder is off).
-  uint64_t issued(uint32_t group, uint64_t seq, bool p2p, const char *kind, const TraceTensors &tensors,
+  // A call issued: its record id (0 when the recorder is off).  title: the Work's
+  // ("ruccl:all_reduce", a literal); the entry's kind is what follows "ruccl:".
+  uint64_t issued(uint32_t group, uint64_t seq, bool p2p, const char *title, const TraceTensors &tensors,
                   const TraceCall &call, bool started);
   void started(uint64_t id);
   // Finished: done, or error (then written to RUCCL_TRACE_DIR, if set).  algorithm: how

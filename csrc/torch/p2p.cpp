@@ -72,18 +72,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::post_p2p(bool send, at::Tensor
   FlightRecorder &recorder = FlightRecorder::get();
   TraceTensors described;
   described.add(t);
-  uint64_t trace = recorder.issued(trace_group_, p2p_seq_++, true, title + 6, described, {nullptr, peer}, true);
+  uint64_t trace = recorder.issued(trace_group_, p2p_seq_++, true, title, described, {nullptr, peer}, true);
   ruccl_result_t rc = send ? ruccl_isend(comm_, &v, static_cast<uint32_t>(peer), tag, &req)
                            : ruccl_irecv(comm_, &v, peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(peer), tag, &req);
   try {
     check(rc);
   } catch (...) {
-    recorder.finished(trace, "p2p", std::current_exception());
+    recorder.finished(trace, kP2pAlgorithm, std::current_exception());
     throw;
   }
   auto work = c10::make_intrusive<WorkRucclP2p>(rank_, type, title, t, buf, req, !send);
   work->set_trace(trace);
-  if (send) recorder.finished(trace, "p2p", nullptr); // eager: handed over when posted
+  if (send) recorder.finished(trace, kP2pAlgorithm, nullptr); // eager: handed over when posted
   if (send || work->settle()) return work;
   {
     std::lock_guard<std::mutex> lock(p2p_->mu);

@@ -77,7 +77,7 @@ void WorkRucclP2p::conclude(ruccl_result_t rc) {
   } catch (...) {
     error = std::current_exception();
   }
-  FlightRecorder::get().finished(trace_id_, "p2p", error);
+  FlightRecorder::get().finished(trace_id_, kP2pAlgorithm, error);
   complete(error);
 }
 
