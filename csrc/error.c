@@ -34,6 +34,7 @@ static const char *const result_names[RUCCL_NUM_RESULTS] = {
     [RUCCL_ERR_NO_MEMORY] = "RUCCL_ERR_NO_MEMORY",
     [RUCCL_ERR_UNSUPPORTED] = "RUCCL_ERR_UNSUPPORTED",
     [RUCCL_ERR_ABORTED] = "RUCCL_ERR_ABORTED",
+    [RUCCL_ERR_REVOKED] = "RUCCL_ERR_REVOKED",
 };
 
 const char *ruccl_error_string(ruccl_result_t code) {

@@ -13,6 +13,7 @@
 #include "transport_inproc.h"
 
 typedef struct ruccl_group ruccl_group_t;
+struct ruccl_meeting; /* recovery.c: the local peers' agreement rounds */
 
 /* Scratch slots: 0 inside an algorithm, 1 and 2 staged input and output, 3 and 4
    the node leader's buffers between the local and the global phase (the agreement's
@@ -57,6 +58,7 @@ struct ruccl_group {
   unsigned *node_members;  /* [node * n + local index] -> global index */
   unsigned *node_of, *local_of; /* by global index */
   struct ruccl_net *_Atomic net; /* NULL on a single node; published once connected (threads of the net read it) */
+  struct ruccl_meeting *meeting; /* made with the group; freed with it */
   int net_state;           /* 0 none, 1 being set up by local index 0, 2 ready, <0 failed (-code) */
   char net_why[256];
 };
@@ -68,6 +70,7 @@ struct ruccl_comm {
   unsigned global_index; /* position in peer order across all nodes */
   ruccl_device_t device;
   uint64_t seq; /* collectives started on this handle */
+  uint64_t agree_round; /* ruccl_comm_agree and ruccl_comm_shrink calls on this handle */
   int64_t timeout_ms; /* of this handle's calls (ruccl_comm_set_timeout) */
   void *scratch[RUCCL_SCRATCH_SLOTS];
   size_t scratch_cap[RUCCL_SCRATCH_SLOTS];
@@ -87,6 +90,23 @@ struct ruccl_comm {
 
 /* The handle's timeout in ms (set from any thread by ruccl_comm_set_timeout). */
 static inline int64_t ruccl_comm_timeout(const ruccl_comm_t *c) { return __atomic_load_n(&c->timeout_ms, __ATOMIC_RELAXED); }
+
+/* registry.c, for a shrink (recovery.c): a group of cfg->num_devices local peers made
+   complete from comms already sorted by id (each comm takes a reference; the
+   registry holds the group until its last peer finishes), numbered as a single node
+   when single is set (else the caller numbers it); NULL when out of memory. */
+ruccl_group_t *ruccl_group_assemble(const ruccl_config_t *cfg, ruccl_comm_t **comms, int single);
+/* Puts an assembled (and numbered) group in the registry, where ruccl_reset finds it. */
+void ruccl_group_publish(ruccl_group_t *g);
+/* Drops a group that was assembled but not published, and frees its comms. */
+void ruccl_group_discard(ruccl_group_t *g);
+ruccl_comm_t *ruccl_comm_new(uint32_t peer_id, ruccl_device_t device, int64_t timeout_ms);
+
+/* recovery.c: the meeting of a new group (NULL: out of memory), and its end. */
+struct ruccl_meeting *ruccl_meeting_new(void);
+void ruccl_meeting_free(struct ruccl_meeting *m);
+/* A local peer finished: whoever waits in a meeting counts again. */
+void ruccl_meeting_wake(struct ruccl_meeting *m);
 
 /* A reference that keeps g's memory (not its session) alive: a request's. */
 void ruccl_group_ref(ruccl_group_t *g);

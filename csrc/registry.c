@@ -37,7 +37,10 @@ static ruccl_group_t *group_new(const ruccl_config_t *cfg) {
   g->mail = calloc(g->n, sizeof *g->mail);
   unsigned mailboxes = 0;
   while (g->mail && mailboxes < g->n && ruccl_mailbox_init(&g->mail[mailboxes]) == 0) mailboxes++;
-  if (!g->members || !g->finished || !ids || mailboxes < g->n || ruccl_inproc_init(&g->inproc, g->n) != 0) {
+  g->meeting = ruccl_meeting_new();
+  if (!g->members || !g->finished || !ids || mailboxes < g->n || !g->meeting ||
+      ruccl_inproc_init(&g->inproc, g->n) != 0) {
+    ruccl_meeting_free(g->meeting);
     for (unsigned i = 0; i < mailboxes; i++) ruccl_mailbox_destroy(&g->mail[i]);
     free(g->mail);
     free(g->members);
@@ -67,6 +70,7 @@ static void group_unref(ruccl_group_t *g) {
   free(g->node_of);
   free(g->local_of);
   ruccl_inproc_destroy(&g->inproc);
+  ruccl_meeting_free(g->meeting);
   pthread_cond_destroy(&g->registered);
   free(g->members);
   free((void *)g->finished);
@@ -126,6 +130,16 @@ void *ruccl_comm_scratch(ruccl_comm_t *c, int slot, size_t bytes) {
   return c->scratch[slot];
 }
 
+ruccl_comm_t *ruccl_comm_new(uint32_t peer_id, ruccl_device_t device, int64_t timeout_ms) {
+  ruccl_comm_t *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->peer_id = peer_id;
+  c->device = device;
+  c->timeout_ms = timeout_ms;
+  c->last_path = RUCCL_PATH_HOST; /* said only when a collective takes another */
+  return c;
+}
+
 static void comm_free(ruccl_comm_t *c) {
   for (int i = 0; i < RUCCL_SCRATCH_SLOTS; i++) free(c->scratch[i]);
   ruccl_comm_release_device(c);
@@ -178,6 +192,45 @@ static int number_single_node(ruccl_group_t *g) {
   return 0;
 }
 
+ruccl_group_t *ruccl_group_assemble(const ruccl_config_t *cfg, ruccl_comm_t **comms, int single) {
+  ruccl_group_t *g = group_new(cfg);
+  if (!g) return NULL;
+  for (unsigned i = 0; i < g->n; i++) {
+    g->members[i] = comms[i];
+    comms[i]->group = g;
+    comms[i]->index = i;
+    g->peer_ids_store[i] = comms[i]->peer_id;
+    atomic_fetch_add(&g->refs, 1);
+  }
+  g->joined = g->n;
+  g->complete = 1;
+  g->active = g->n;
+  g->net_state = single ? 0 : 2;
+  if (single && number_single_node(g) != 0) {
+    ruccl_group_discard(g);
+    return NULL;
+  }
+  return g;
+}
+
+void ruccl_group_publish(ruccl_group_t *g) {
+  pthread_mutex_lock(&registry_mu);
+  g->in_registry = 1;
+  g->next = registry_head;
+  registry_head = g;
+  for (unsigned i = 0; i < g->n; i++)
+    g->members[i]->global_index = g->node_members[g->node_index * g->n + i];
+  pthread_mutex_unlock(&registry_mu);
+}
+
+void ruccl_group_discard(ruccl_group_t *g) {
+  for (unsigned i = 0; i < g->n; i++) {
+    comm_free(g->members[i]);
+    group_unref(g);
+  }
+  group_unref(g); /* the registry's, never taken */
+}
+
 /* Registry lock held: every pending peer has arrived. */
 static void complete_rendezvous(ruccl_group_t *g) {
   qsort(g->members, g->n, sizeof *g->members, by_peer_id);
@@ -228,12 +281,8 @@ ruccl_result_t ruccl_register(uint32_t peer_id, ruccl_device_t device, const ruc
   rc = check_device(device);
   if (rc != RUCCL_OK) return rc;
 
-  ruccl_comm_t *c = calloc(1, sizeof *c);
+  ruccl_comm_t *c = ruccl_comm_new(peer_id, device, config->timeout_ms);
   if (!c) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "communicator");
-  c->peer_id = peer_id;
-  c->device = device;
-  c->timeout_ms = config->timeout_ms;
-  c->last_path = RUCCL_PATH_HOST; /* said only when a collective takes another */
 
   pthread_mutex_lock(&registry_mu);
   ruccl_group_t *g = NULL;
@@ -393,6 +442,7 @@ ruccl_result_t ruccl_finish(ruccl_comm_t *c) {
     pthread_mutex_unlock(&registry_mu);
     if (last) ruccl_session_close(g, 1); /* the node leaves the orchestrator cleanly */
     ruccl_inproc_wake(&g->inproc); /* peers waiting for us see that we finished */
+    ruccl_meeting_wake(g->meeting);
     ruccl_log(2, "peer %u finished its session in group '%s'", c->peer_id, g->config.group_name);
   }
   comm_free(c);

@@ -50,6 +50,7 @@ typedef enum {
   RUCCL_ERR_NO_MEMORY,
   RUCCL_ERR_UNSUPPORTED,
   RUCCL_ERR_ABORTED, /* ruccl_comm_abort() was called on this session */
+  RUCCL_ERR_REVOKED, /* ruccl_comm_revoke() was called on this communicator */
   RUCCL_NUM_RESULTS /* not a result: the number of codes above */
 } ruccl_result_t;
 
@@ -260,6 +261,33 @@ ruccl_result_t ruccl_p2p_group(ruccl_comm_t *, const ruccl_p2p_op_t *ops, size_t
    Safe from any thread, while the owner is blocked; the handle must still be freed
    with ruccl_finish, which then returns at once. */
 ruccl_result_t ruccl_comm_abort(ruccl_comm_t *);
+/* Fault tolerance (docs/reference.md §6): revoke, agree, shrink.
+ *
+ * Makes every call of this communicator, on every peer, that is blocked or made
+ * later return promptly with RUCCL_ERR_REVOKED (or PEER_LOST, where a lost node
+ * broke it first), apart from ruccl_comm_agree, ruccl_comm_shrink and
+ * ruccl_finish.  Any peer may call it, at any time, from any thread; other
+ * communicators, of this process or another, are untouched. */
+ruccl_result_t ruccl_comm_revoke(ruccl_comm_t *);
+/* A fault-tolerant agreement among the live peers, revoked communicator or not:
+ * every peer that is not lost calls it (in the same order as its other agreements)
+ * and every one returns the same values, even when a peer dies during it: *flags
+ * becomes the bitwise AND of every live peer's *flags, and failed[0..*num_failed)
+ * the ids of the peers found lost (their node died or froze past the liveness
+ * timeout, or the peer finished its session), ascending.  At most failed_cap ids are
+ * written (failed may be NULL when failed_cap is 0); *num_failed is the whole count.
+ * A node whose peers the others found lost gets RUCCL_ERR_PEER_LOST. */
+ruccl_result_t ruccl_comm_agree(ruccl_comm_t *, uint32_t *flags, uint32_t *failed, size_t failed_cap,
+                                size_t *num_failed);
+/* The survivors make a new communicator without the lost peers and without
+ * exclude[0..num_exclude) (peer ids; NULL and 0: only the lost ones).  Every peer that
+ * stays calls it with the same exclude list; the excluded ones do not.  Peer ids
+ * stay; ranks (ruccl_comm_index) are renumbered densely in the old order.  No
+ * orchestrator or store is needed: the survivors reach each other through the data
+ * ports they already know.  The old communicator stays as it was (revoked, if it
+ * was) until it is finished.  A shrink that would leave the nodes with unequal
+ * numbers of peers is RUCCL_ERR_UNSUPPORTED on every survivor. */
+ruccl_result_t ruccl_comm_shrink(ruccl_comm_t *, const uint32_t *exclude, size_t num_exclude, ruccl_comm_t **out);
 /* The timeout of this communicator's later calls (collectives and receives
    posted after it), in place of the configuration's; > 0. */
 ruccl_result_t ruccl_comm_set_timeout(ruccl_comm_t *, int64_t timeout_ms);

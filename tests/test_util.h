@@ -66,11 +66,12 @@ inline const char *TestResultName(ruccl_result_t r) {
       "RUCCL_ERR_NO_MEMORY",
       "RUCCL_ERR_UNSUPPORTED",
       "RUCCL_ERR_ABORTED",
+      "RUCCL_ERR_REVOKED",
   };
   unsigned u = static_cast<unsigned>(r);
   return u < sizeof names / sizeof names[0] ? names[u] : nullptr;
 }
-inline constexpr unsigned kKnownResultNames = 22;
+inline constexpr unsigned kKnownResultNames = 23;
 
 inline void PrintTo(ruccl_result_t r, std::ostream *os) {
   const char *n = TestResultName(r);

@@ -25,7 +25,7 @@ typedef struct {
   uint32_t peer_ids[RUCCL_WIRE_MAX_LOCAL];
 } ruccl_join_t;
 
-typedef struct {
+typedef struct ruccl_table {
   uint32_t num_nodes;
   ruccl_join_t *nodes; /* num_nodes, heap */
 } ruccl_table_t;

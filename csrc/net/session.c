@@ -16,6 +16,7 @@
 #include "../error.h"
 #include "../rank.h"
 #include "../testing.h"
+#include "agree_net.h"
 #include "bootstrap.h"
 #include "p2p_net.h"
 #include "shm_link.h"
@@ -23,7 +24,7 @@
 
 /* How long a silent node may stay silent (0: no watch): the configuration's, else
    RUCCL_LIVENESS_TIMEOUT_MS, else the default. */
-static int64_t liveness_timeout_ms(const ruccl_config_t *cfg) {
+int64_t ruccl_session_liveness_ms(const ruccl_config_t *cfg) {
   if (cfg->liveness_timeout_ms >= 0) return cfg->liveness_timeout_ms;
   const char *e = getenv("RUCCL_LIVENESS_TIMEOUT_MS");
   if (!e || !*e) return RUCCL_DEFAULT_LIVENESS_TIMEOUT_MS;
@@ -139,12 +140,27 @@ static void node_silent(void *ctx, unsigned node, int64_t ms) {
   ruccl_group_break(ctx, RUCCL_ERR_PEER_LOST);
 }
 
+/* This node is node `me` of table: numbers g's peers from it, and links. */
+static ruccl_result_t join_table(ruccl_group_t *g, ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
+                                 int64_t deadline) {
+  ruccl_result_t rc = number_peers(g, table, me);
+  if (rc != RUCCL_OK) return rc;
+  ruccl_p2p_routes_t routes = {
+      .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped,
+      .silent = node_silent};
+  rc = ruccl_net_prepare(net, table, me);
+  if (rc == RUCCL_OK) rc = ruccl_agree_net_init(net);
+  if (rc == RUCCL_OK) rc = ruccl_p2p_net_init(net, &routes);
+  if (rc == RUCCL_OK) rc = ruccl_session_transport()->connect(net, deadline);
+  return rc;
+}
+
 ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   const ruccl_config_t *cfg = &g->config;
   const ruccl_bootstrap_t *bootstrap =
       ruccl_config_has_store(cfg) ? &ruccl_store_bootstrap : &ruccl_orchestrator_bootstrap;
   int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
-  const int64_t liveness_ms = liveness_timeout_ms(cfg); /* agreed in the digest, then watched */
+  const int64_t liveness_ms = ruccl_session_liveness_ms(cfg); /* agreed in the digest, then watched */
   ruccl_net_t *net = calloc(1, sizeof *net);
   if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
   snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
@@ -190,24 +206,13 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
       if (table.nodes[k].data_port == me->data_port && strcmp(table.nodes[k].address, me->address) == 0 &&
           table.nodes[k].peer_ids[0] == me->peer_ids[0])
         my_node = k;
-    rc = number_peers(g, &table, my_node);
+    rc = join_table(g, net, &table, my_node, deadline);
   }
-  if (rc == RUCCL_OK) {
-    ruccl_p2p_routes_t routes = {
-        .mailbox = mailbox_of, .ctx = g, .n_total = g->n_total, .node_of = g->node_of, .stopped = node_stopped,
-        .silent = node_silent};
-    rc = ruccl_net_prepare(net, &table, my_node);
-    if (rc == RUCCL_OK) rc = ruccl_p2p_net_init(net, &routes);
-  }
-  const ruccl_transport_ops_t *transport = ruccl_session_transport();
-  if (rc == RUCCL_OK) rc = transport->connect(net, deadline);
   ruccl_table_free(&table);
   free(me);
   if (rc != RUCCL_OK) {
     bootstrap->leave(bootstrap->ctx, net->orchestrator_fd);
-    transport->close(net, 0);
-    OPENSSL_cleanse(net->key, sizeof net->key);
-    free(net);
+    ruccl_session_discard(net);
     return rc;
   }
   ruccl_p2p_net_start_liveness(net, liveness_ms);
@@ -215,6 +220,42 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
   ruccl_log(2, "group '%s': node %u of %u connected, %u peers in all", cfg->group_name, my_node, g->num_nodes,
             g->n_total);
   return RUCCL_OK;
+}
+
+ruccl_result_t ruccl_session_open(const struct ruccl_net *old, const ruccl_config_t *cfg, struct ruccl_net **out) {
+  ruccl_net_t *net = calloc(1, sizeof *net);
+  if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
+  snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
+  memcpy(net->key, old->key, sizeof net->key);
+  net->timeout_ms = old->timeout_ms;
+  net->setup_grace_ms = old->setup_grace_ms;
+  net->bootstrap = old->bootstrap; /* with no handle: nothing to leave */
+  ruccl_result_t rc = ruccl_net_listen(net, old->nodes[old->me].address, 0);
+  if (rc != RUCCL_OK) {
+    OPENSSL_cleanse(net->key, sizeof net->key);
+    free(net);
+    return rc;
+  }
+  *out = net;
+  return RUCCL_OK;
+}
+
+unsigned ruccl_session_port(const struct ruccl_net *net) { return (unsigned)net->data_port; }
+
+ruccl_result_t ruccl_session_join(ruccl_group_t *g, struct ruccl_net *net, const ruccl_table_t *table, unsigned me) {
+  net->cancel = &g->cancel;
+  ruccl_result_t rc = join_table(g, net, table, me, ruccl_deadline_after_ms(g->config.timeout_ms));
+  if (rc != RUCCL_OK) return rc;
+  ruccl_p2p_net_start_liveness(net, ruccl_session_liveness_ms(&g->config));
+  ruccl_log(2, "group '%s': node %u of %u of a shrunk session connected, %u peers in all", g->config.group_name, me,
+            g->num_nodes, g->n_total);
+  return RUCCL_OK;
+}
+
+void ruccl_session_discard(struct ruccl_net *net) {
+  ruccl_session_transport()->close(net, 0);
+  OPENSSL_cleanse(net->key, sizeof net->key);
+  free(net);
 }
 
 void ruccl_session_close(ruccl_group_t *g, int finished) {

@@ -28,6 +28,7 @@
 #include "../error.h"
 #include "../le.h"
 #include "../testing.h"
+#include "agree_net.h"
 #include "p2p_net.h"
 #include "wire.h"
 
@@ -264,6 +265,7 @@ static int take_connection(ruccl_net_t *net, int fd, uint16_t type, const void *
                            int64_t deadline_ns, int *node) {
   *node = -1;
   if (type == RUCCL_FRAME_P2P) return ruccl_p2p_net_adopt(net, fd, from, first, len, deadline_ns);
+  if (type == RUCCL_FRAME_AGREE) return ruccl_agree_net_serve(net, fd, from, first, len);
   if (type != RUCCL_FRAME_NODE || len != RUCCL_HOST_ID_BYTES) return 0;
   char host[RUCCL_HOST_ID_BYTES];
   memcpy(host, first, sizeof host);
@@ -687,7 +689,9 @@ static void finish_links(ruccl_net_t *net) {
 }
 
 void ruccl_net_close(ruccl_net_t *net, int finished) {
+  ruccl_agree_net_stop(net); /* an answer waiting for this node gives up */
   stop_port(net); /* no link or stream opens from here on */
+  ruccl_agree_net_close(net);
   /* A session that stopped (a lost node, an abort) has nothing left worth waiting
      for: a peer cut off would hold the close for the whole timeout. */
   if (atomic_load(&net->aborted)) finished = 0;

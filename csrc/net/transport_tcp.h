@@ -71,6 +71,7 @@ typedef struct ruccl_net {
   unsigned char *bounce; /* reduce-on-receive staging */
   int64_t spin_ns, sleepy_ns; /* an idle wait on shared memory spins, then yields declared sleepy, then sleeps */
   struct ruccl_p2p_net *p2p; /* point-to-point streams (p2p_net.h) */
+  struct ruccl_agree_net *agree; /* the fault-tolerant agreement's state (agree_net.h) */
 } ruccl_net_t;
 typedef struct ruccl_p2p_net ruccl_p2p_net_t;
 

@@ -1,0 +1,63 @@
+/* agree_net.h — a fault-tolerant agreement among the nodes of a session, on
+ * connections of its own through the nodes' data ports: it needs none of the
+ * session's links, so it works after they were shut (a revoke, a lost node).
+ *
+ * Each round, every live node brings a contribution (bytes, the same length on every
+ * node) and leaves with the same decision (bytes), made from the contributions by the
+ * caller's combine function, with NULL for each node found lost.
+ *
+ * Rotating coordinator, crash-stop: the coordinator of a round is the lowest node
+ * this node does not suspect.  It dials every higher node it does not suspect
+ * (RUCCL_FRAME_AGREE, in the handshake) and asks for its state; the node's data port
+ * answers it once that node has entered the round: its contribution, or the
+ * decision it already holds.  A node that refuses, breaks the connection or stays
+ * silent past the liveness timeout is suspected (lost).  With every answer in, the
+ * coordinator adopts a decision some node already holds, or else combines the
+ * contributions, and sends the decision back on each connection.  A node that waits
+ * for its coordinator suspects it when its data port refuses connections (the
+ * process died), when the connection it was asked on breaks before the decision
+ * came, or when the port stays silent past the liveness timeout (frozen), and then
+ * looks to the next one.  Whoever holds a decision answers every later question with
+ * it, so once any live node decided, every live node decides the same.
+ *
+ * Frames after the handshake (ruccl_frame_send): STATE (node -> coordinator:
+ * u32 kind 1 contribution / 2 decision, then its bytes) and DECIDE (coordinator ->
+ * node: the decision's bytes). */
+#ifndef RUCCL_AGREE_NET_H
+#define RUCCL_AGREE_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport_tcp.h"
+
+#define RUCCL_FRAME_AGREE 25        /* coordinator -> data port (the first frame): round u64 */
+#define RUCCL_FRAME_AGREE_STATE 26  /* node -> coordinator */
+#define RUCCL_FRAME_AGREE_DECIDE 27 /* coordinator -> node */
+
+/* Combines the contributions of one round (contribs[k] NULL: node k is lost) into
+   the decision (at most cap bytes; *len its length). */
+typedef void (*ruccl_agree_combine_t)(void *ctx, unsigned num_nodes, const unsigned char *const *contribs,
+                                      uint32_t contrib_len, unsigned char *decision, uint32_t cap, uint32_t *len);
+
+/* With the net, before its data port opens; freed by ruccl_agree_net_close. */
+ruccl_result_t ruccl_agree_net_init(ruccl_net_t *net);
+/* Wakes every answer waiting for this node (the port is stopping); after the port
+   stopped, frees the state. */
+void ruccl_agree_net_stop(ruccl_net_t *net);
+void ruccl_agree_net_close(ruccl_net_t *net);
+
+/* One round (rounds count from 1, one after another, the same on every node).
+   RUCCL_OK with the decision in decision[0..*len), or TIMEOUT at the deadline, or
+   NO_MEMORY.  liveness_ms: how long a silent node may stay silent (0: until the
+   deadline). */
+ruccl_result_t ruccl_agree_net_run(ruccl_net_t *net, uint64_t round, const void *mine, uint32_t len,
+                                   ruccl_agree_combine_t combine, void *ctx, int64_t liveness_ms,
+                                   int64_t deadline_ns, unsigned char *decision, uint32_t cap, uint32_t *dlen);
+
+/* For the data port: an authenticated connection whose first frame was
+   RUCCL_FRAME_AGREE.  Answers it (in the handshake thread), closes fd and returns 1;
+   0 (a malformed question): the caller closes fd. */
+int ruccl_agree_net_serve(ruccl_net_t *net, int fd, unsigned from, const void *first, size_t len);
+
+#endif
