@@ -308,11 +308,19 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
       if (atomic_load(&g->finished[i]) && !m->came[i]) gone[g->node_members[g->node_index * g->n + i]] = 1;
     memcpy(gone + s.n_total, m->excluded, s.n_total);
     int64_t deadline = ruccl_deadline_after_ms(ruccl_comm_timeout(c));
-    if (on)
-      rc = ruccl_agree_net_run(on, round, mine, clen, combine, &s, ruccl_session_liveness_ms(&g->config), deadline,
-                               dec, dcap, &dlen);
+    unsigned char *skip = on ? calloc(s.num_nodes, 1) : NULL; /* nodes whose every peer is excluded */
+    for (unsigned k = 0; skip && k < s.num_nodes; k++) {
+      skip[k] = 1;
+      for (unsigned i = 0; i < s.n_total; i++)
+        if (s.node_of[i] == k && !m->excluded[i]) skip[k] = 0;
+    }
+    if (on && !skip) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement of %u nodes", s.num_nodes);
+    else if (on)
+      rc = ruccl_agree_net_run(on, round, mine, clen, skip, combine, &s, ruccl_session_liveness_ms(&g->config),
+                               deadline, dec, dcap, &dlen);
     else
       combine(&s, 1, (const unsigned char *const *)&mine, clen, dec, dcap, &dlen);
+    free(skip);
     if (rc == RUCCL_OK && dlen != dcap)
       rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "the agreement's decision has %u bytes, not %u", dlen, dcap);
   }

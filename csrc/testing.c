@@ -68,3 +68,7 @@ int ruccl_testing_beats_silenced(void) { return beats_silenced; }
 static _Atomic int die_after_table;
 void ruccl_testing_set_die_after_table(int on) { die_after_table = on; }
 int ruccl_testing_die_after_table(void) { return die_after_table; }
+
+static _Atomic int die_in_agreement;
+void ruccl_testing_set_die_in_agreement(int on) { die_in_agreement = on; }
+int ruccl_testing_die_in_agreement(void) { return die_in_agreement; }

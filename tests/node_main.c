@@ -48,6 +48,8 @@
  *   idle      an all-reduce, RUCCL_TEST_IDLE_MS (default 4000) without a call (a
  *             long compute phase), then another all-reduce and a barrier: all must
  *             work (no liveness false alarm)
+ * The recovery scenarios (shrink, agreedie, revoke, revoke2, exclude) are described
+ * in node_recovery.c.
  * RUCCL_TEST_SILENT_PEER=ID: the node of peer ID sends no liveness beats.
  * RUCCL_TEST_DIE_AFTER_TABLE_PEER=ID: the node of peer ID exits (status 7) as soon as
  * it has the session's table, before it links to anyone.
@@ -71,42 +73,7 @@
 #include "testing.h"
 #include "transport.h" /* ruccl_now_ns: the clock the hook stamps with */
 
-#define MAX_LOCAL 16
-
-typedef struct {
-  uint32_t id;
-  ruccl_config_t cfg;
-  const char *scenario;
-  unsigned total;
-  unsigned local; /* peers of this node: ids first_local .. first_local + local - 1 */
-  uint32_t first_local;
-  int status; /* 0 ok, else exit code */
-} peer_t;
-
-static ruccl_tensor_t vec(float *data, size_t n) {
-  ruccl_tensor_t t = {.data = data, .dtype = RUCCL_FLOAT32, .ndim = 1, .shape = {(int64_t)n},
-                      .device = {RUCCL_DEVICE_CPU, 0}};
-  return t;
-}
-
-#define CHECK(p, cond, ...)                          \
-  do {                                               \
-    if (!(cond)) {                                   \
-      fprintf(stderr, "peer %u: ", (p)->id);         \
-      fprintf(stderr, __VA_ARGS__);                  \
-      fprintf(stderr, " [%s]\n", ruccl_last_error()); \
-      (p)->status = 1;                               \
-      return;                                        \
-    }                                                \
-  } while (0)
-
-static float val(uint32_t id, size_t i) { return (float)(id + 1) + (float)(i % 13); }
-/* element i summed over the peers 0 .. n-1 */
-static float val_sum(unsigned n, size_t i) {
-  float sum = 0;
-  for (uint32_t k = 0; k < n; k++) sum += val(k, i);
-  return sum;
-}
+#include "node_common.h"
 
 /* A large MEAN all-reduce: several ring slices and a ragged last one. */
 static void large_all_reduce(peer_t *p, ruccl_comm_t *comm, int inplace) {
@@ -684,7 +651,7 @@ static void *peer_main(void *arg) {
   else if (!strcmp(p->scenario, "bits")) scenario_bits(p, comm);
   else if (!strcmp(p->scenario, "staged")) scenario_staged(p, comm);
   else if (!strcmp(p->scenario, "lagfinish-big")) scenario_lagfinish(p, comm, 4u << 20);
-  else p->status = 2;
+  else if (!run_recovery_scenario(p, &comm)) p->status = 2;
   if (comm) ruccl_finish(comm);
   return NULL;
 }
@@ -780,6 +747,10 @@ int main(int argc, char **argv) {
   const char *freeze = getenv("RUCCL_TEST_FREEZE_AFTER_TABLE_PEER");
   for (unsigned i = 0; freeze && i < n; i++)
     if (ids[i] == (uint32_t)atoi(freeze)) ruccl_testing_set_die_after_table(2);
+  /* RUCCL_TEST_DIE_IN_AGREE_PEER: the node of that peer dies while it coordinates an agreement */
+  const char *die_agree = getenv("RUCCL_TEST_DIE_IN_AGREE_PEER");
+  for (unsigned i = 0; die_agree && i < n; i++)
+    if (ids[i] == (uint32_t)atoi(die_agree)) ruccl_testing_set_die_in_agreement(1);
   /* RUCCL_TEST_SILENT_PEER: the node of that peer sends no liveness beats */
   const char *silent = getenv("RUCCL_TEST_SILENT_PEER");
   for (unsigned i = 0; silent && i < n; i++)

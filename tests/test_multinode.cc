@@ -1062,4 +1062,131 @@ TEST(MultiNode, HalfOpenNodeDoesNotHoldItsGroup) {
   if (!getenv("KEEP_LOGS")) unlink(log.c_str());
 }
 
+// ---- revoke, agree, shrink across nodes (tests/node_recovery.c) ----------------------
+
+// "4x1": four nodes of one peer; "4x2": four of two.
+std::vector<std::string> RecoveryLayout(const std::string &layout) {
+  if (layout == "4x2") return {"0,1", "2,3", "4,5", "6,7"};
+  return {"0", "1", "2", "3"};
+}
+
+// Every "peer ID: agreed ..." line of text, by peer id: what follows the id.
+std::map<int, std::string> AgreedLines(const std::string &text) {
+  std::map<int, std::string> out;
+  std::regex line("peer (\\d+): (agreed [0-9a-f]+ failed [0-9,]*)");
+  for (std::sregex_iterator it(text.begin(), text.end(), line), end; it != end; ++it)
+    out[std::stoi((*it)[1])] = (*it)[2];
+  return out;
+}
+
+std::string TailOf(const std::string &text) { return text.substr(text.size() > 4000 ? text.size() - 4000 : 0); }
+
+class Recovery : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+// kill -9 of one node while every peer is in an all-reduce: every survivor gets
+// PEER_LOST, agrees on the same failed set (the killed node's peers, nobody else),
+// shrinks, and an all-reduce over the survivors is right.
+TEST_P(Recovery, KilledNodeMidAllReduceIsAgreedShrunkAndTheSurvivorsGoOn) {
+  const auto &[transport, layout] = GetParam();
+  Orchestrator orch;
+  std::vector<std::string> ids = RecoveryLayout(layout);
+  LoggedNodes nodes(orch, "rk" + layout, ids, "shrink", "ring", transport);
+  unsigned per = layout == "4x2" ? 2 : 1, total = 4 * per;
+  auto running = [&] {
+    std::string all;
+    for (size_t k = 0; k < ids.size(); k++) all += nodes.log(k);
+    for (unsigned id = 0; id < total; id++)
+      if (all.find("peer " + std::to_string(id) + ": running") == std::string::npos) return false;
+    return true;
+  };
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!running() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(running()) << "the all-reduces never got under way";
+  kill(nodes.pids[2], SIGKILL);
+  waitpid(nodes.pids[2], nullptr, 0);
+  std::vector<int> codes = wait_all({nodes.pids[0], nodes.pids[1], nodes.pids[3]}, 90);
+  std::string text = nodes.log(0) + nodes.log(1) + nodes.log(3);
+  EXPECT_EQ(std::vector<int>(3, 0), codes) << TailOf(text);
+  std::string failed;
+  for (unsigned l = 0; l < per; l++) failed += std::to_string(2 * per + l) + ",";
+  std::map<int, std::string> agreed = AgreedLines(text);
+  EXPECT_EQ(3 * per, agreed.size()) << TailOf(text);
+  for (const auto &[id, line] : agreed) {
+    EXPECT_EQ(agreed.begin()->second, line) << "peer " << id << " agreed otherwise";
+    EXPECT_NE(std::string::npos, line.find("failed " + failed)) << "peer " << id << ": " << line;
+    EXPECT_EQ(std::string::npos, line.find("failed " + failed + "0")) << "only the killed node's peers";
+  }
+  for (unsigned id = 0; id < total; id++) {
+    if (id / per == 2) continue;
+    EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": shrunk to " + std::to_string(3 * per) +
+                                           ", right"))
+        << "peer " << id;
+  }
+}
+
+// The coordinator of the agreement (node 0) dies in it, after the first node answered
+// and before any decision went out: the others still agree, all alike, that node 0's
+// peers failed, and go on without them.
+TEST_P(Recovery, CoordinatorThatDiesDuringTheAgreementIsAgreedLost) {
+  const auto &[transport, layout] = GetParam();
+  Orchestrator orch;
+  std::vector<std::string> ids = RecoveryLayout(layout);
+  ScopedEnv die("RUCCL_TEST_DIE_IN_AGREE_PEER", "0");
+  LoggedNodes nodes(orch, "rd" + layout, ids, "agreedie", "ring", transport);
+  std::vector<int> codes = wait_all(nodes.pids, 90);
+  std::string text = nodes.log(1) + nodes.log(2) + nodes.log(3);
+  EXPECT_EQ((std::vector<int>{9, 0, 0, 0}), codes) << TailOf(text);
+  unsigned per = layout == "4x2" ? 2 : 1;
+  std::map<int, std::string> agreed = AgreedLines(text);
+  EXPECT_EQ(3 * per, agreed.size()) << TailOf(text);
+  for (const auto &[id, line] : agreed) {
+    EXPECT_EQ(agreed.begin()->second, line) << "peer " << id << " agreed otherwise";
+    EXPECT_NE(std::string::npos, line.find(per == 2 ? "failed 0,1," : "failed 0,")) << line;
+    EXPECT_EQ(std::string::npos, line.find(per == 2 ? "failed 0,1,2" : "failed 0,1")) << line;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, Recovery,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values("4x1", "4x2")),
+                         [](const auto &info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// A thread of peer 1 revokes 64 MB all-reduces at varying points: every peer sees
+// REVOKED (in the all-reduce, or in the barrier after it), agrees that nobody failed,
+// shrinks to the same four peers and goes on with the new communicator, round after
+// round.
+TEST_P(Transports, RevokeRacing64MBAllReducesThenShrinkGoesOn) {
+  Orchestrator orch;
+  LoggedNodes nodes(orch, "rrv", RecoveryLayout("4x1"), "revoke", "ring", GetParam());
+  std::vector<int> codes = wait_all(nodes.pids, 240);
+  std::string text;
+  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
+  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+}
+
+TEST(MultiNode, RevokeOfOneCommunicatorLeavesAnotherOnTheSameNodesAlone) {
+  Orchestrator orch;
+  LoggedNodes nodes(orch, "rr2", RecoveryLayout("4x1"), "revoke2", "ring", "");
+  std::vector<int> codes = wait_all(nodes.pids, 60);
+  std::string text;
+  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
+  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+}
+
+TEST(MultiNode, ShrinkWithAnExcludeListAndNoFailure) {
+  for (const std::string layout : {"4x1", "4x2"}) {
+    Orchestrator orch;
+    LoggedNodes nodes(orch, "rx" + layout, RecoveryLayout(layout), "exclude", "ring", "");
+    std::vector<int> codes = wait_all(nodes.pids, 60);
+    std::string text;
+    for (size_t k = 0; k < 4; k++) text += nodes.log(k);
+    EXPECT_EQ(std::vector<int>(4, 0), codes) << layout << ": " << TailOf(text);
+    unsigned per = layout == "4x2" ? 2 : 1;
+    for (unsigned id = 0; id < 3 * per; id++)
+      EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": shrunk to " + std::to_string(3 * per) +
+                                             ", right"))
+          << layout << ": peer " << id;
+  }
+}
+
 }  // namespace

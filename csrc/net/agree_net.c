@@ -9,6 +9,7 @@
 
 #include "../error.h"
 #include "../le.h"
+#include "../testing.h"
 #include "wire.h"
 
 #define STATE_CONTRIBUTION 1
@@ -190,6 +191,7 @@ static ruccl_result_t coordinate(ruccl_net_t *net, uint64_t r, const void *mine,
       else contribs[k] = copy;
       if (copy) {
         fds[k] = fd;
+        if (ruccl_testing_die_in_agreement()) _exit(9); /* the tests' coordinator that dies mid-round */
         continue;
       }
     }
@@ -227,8 +229,9 @@ static ruccl_result_t coordinate(ruccl_net_t *net, uint64_t r, const void *mine,
 }
 
 ruccl_result_t ruccl_agree_net_run(ruccl_net_t *net, uint64_t round, const void *mine, uint32_t len,
-                                   ruccl_agree_combine_t combine, void *ctx, int64_t liveness_ms,
-                                   int64_t deadline_ns, unsigned char *decision, uint32_t cap, uint32_t *dlen) {
+                                   const unsigned char *skip, ruccl_agree_combine_t combine, void *ctx,
+                                   int64_t liveness_ms, int64_t deadline_ns, unsigned char *decision, uint32_t cap,
+                                   uint32_t *dlen) {
   struct ruccl_agree_net *a = net->agree;
   unsigned n = net->num_nodes;
   unsigned char *copy = malloc(len ? len : 1), *suspect = calloc(n, 1);
@@ -236,6 +239,7 @@ ruccl_result_t ruccl_agree_net_run(ruccl_net_t *net, uint64_t round, const void 
     free(copy), free(suspect);
     return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement round");
   }
+  for (unsigned k = 0; skip && k < n; k++) suspect[k] = skip[k] && k != net->me;
   memcpy(copy, mine, len);
   pthread_mutex_lock(&a->mu);
   free(a->mine);

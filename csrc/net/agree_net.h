@@ -49,11 +49,13 @@ void ruccl_agree_net_close(ruccl_net_t *net);
 
 /* One round (rounds count from 1, one after another, the same on every node).
    RUCCL_OK with the decision in decision[0..*len), or TIMEOUT at the deadline, or
-   NO_MEMORY.  liveness_ms: how long a silent node may stay silent (0: until the
-   deadline). */
+   NO_MEMORY.  skip (by node, or NULL): nodes not to wait for (they take no part: a
+   shrink excludes every peer of theirs), counted lost.  liveness_ms: how long a
+   silent node may stay silent (0: until the deadline). */
 ruccl_result_t ruccl_agree_net_run(ruccl_net_t *net, uint64_t round, const void *mine, uint32_t len,
-                                   ruccl_agree_combine_t combine, void *ctx, int64_t liveness_ms,
-                                   int64_t deadline_ns, unsigned char *decision, uint32_t cap, uint32_t *dlen);
+                                   const unsigned char *skip, ruccl_agree_combine_t combine, void *ctx,
+                                   int64_t liveness_ms, int64_t deadline_ns, unsigned char *decision, uint32_t cap,
+                                   uint32_t *dlen);
 
 /* For the data port: an authenticated connection whose first frame was
    RUCCL_FRAME_AGREE.  Answers it (in the handshake thread), closes fd and returns 1;
