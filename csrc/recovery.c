@@ -289,30 +289,40 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
   ruccl_result_t rc = mine && dec ? RUCCL_OK : ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement of %u peers", s.n_total);
   struct ruccl_net *net = NULL;
   ruccl_net_t *on = g->net;
-  if (rc == RUCCL_OK && m->kind == ROUND_SHRINK && on && m->code == RUCCL_OK) {
-    rc = ruccl_session_open(on, &g->config, &net);
-    if (rc != RUCCL_OK) { /* told to the others as this node's error */
-      m->code = rc;
-      snprintf(m->why, sizeof m->why, "%s", ruccl_last_error());
-      rc = RUCCL_OK;
-    }
-  }
+  /* what this node brings, taken under the lock (a late peer may still write the meeting) */
+  pthread_mutex_lock(&m->mu);
+  int kind = m->kind;
+  int32_t code = m->code;
+  char why[WHY_BYTES];
+  memcpy(why, m->why, sizeof why);
   if (rc == RUCCL_OK) {
-    ruccl_put_le32(mine, (uint32_t)m->kind);
+    ruccl_put_le32(mine, (uint32_t)kind);
     ruccl_put_le32(mine + 4, m->flags);
-    ruccl_put_le32(mine + 8, (uint32_t)m->code);
-    memcpy(mine + 12, m->why, WHY_BYTES);
-    ruccl_put_le32(mine + 12 + WHY_BYTES, net ? ruccl_session_port(net) : 0);
     unsigned char *gone = mine + 16 + WHY_BYTES;
     for (unsigned i = 0; i < g->n; i++)
       if (atomic_load(&g->finished[i]) && !m->came[i]) gone[g->node_members[g->node_index * g->n + i]] = 1;
     memcpy(gone + s.n_total, m->excluded, s.n_total);
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (rc == RUCCL_OK && kind == ROUND_SHRINK && on && code == RUCCL_OK) {
+    rc = ruccl_session_open(on, &g->config, &net);
+    if (rc != RUCCL_OK) { /* told to the others as this node's error */
+      code = rc;
+      snprintf(why, sizeof why, "%s", ruccl_last_error());
+      rc = RUCCL_OK;
+    }
+  }
+  if (rc == RUCCL_OK) {
+    ruccl_put_le32(mine + 8, (uint32_t)code);
+    memcpy(mine + 12, why, WHY_BYTES);
+    ruccl_put_le32(mine + 12 + WHY_BYTES, net ? ruccl_session_port(net) : 0);
+    const unsigned char *excluded = mine + 16 + WHY_BYTES + s.n_total;
     int64_t deadline = ruccl_deadline_after_ms(ruccl_comm_timeout(c));
     unsigned char *skip = on ? calloc(s.num_nodes, 1) : NULL; /* nodes whose every peer is excluded */
     for (unsigned k = 0; skip && k < s.num_nodes; k++) {
       skip[k] = 1;
       for (unsigned i = 0; i < s.n_total; i++)
-        if (s.node_of[i] == k && !m->excluded[i]) skip[k] = 0;
+        if (s.node_of[i] == k && !excluded[i]) skip[k] = 0;
     }
     if (on && !skip) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement of %u nodes", s.num_nodes);
     else if (on)
@@ -329,12 +339,12 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
     rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other nodes found this node lost during the agreement (it was frozen "
                     "or too slow) and went on without it");
   if (rc == RUCCL_OK && ruccl_get_le32(d.code) != RUCCL_OK) {
-    char why[DECISION_WHY + 1];
-    memcpy(why, d.why, DECISION_WHY);
-    why[DECISION_WHY] = 0;
-    rc = ruccl_fail((ruccl_result_t)ruccl_get_le32(d.code), "%s", why);
+    char said[DECISION_WHY + 1];
+    memcpy(said, d.why, DECISION_WHY);
+    said[DECISION_WHY] = 0;
+    rc = ruccl_fail((ruccl_result_t)ruccl_get_le32(d.code), "%s", said);
   }
-  if (rc == RUCCL_OK && m->kind == ROUND_SHRINK) {
+  if (rc == RUCCL_OK && kind == ROUND_SHRINK) {
     rc = make_group(g, &s, &d, net, m->made);
     if (rc == RUCCL_OK) net = NULL; /* the new group's now */
   }

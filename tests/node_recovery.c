@@ -56,7 +56,9 @@ static void agree_and_shrink(peer_t *p, ruccl_comm_t **comm, int expect_failed, 
                              const uint32_t *exclude, size_t num_exclude) {
   uint32_t flags = ~(1u << (p->id % 32)), failed[64];
   size_t nf = 0;
+  int64_t agree_at = ruccl_now_ns();
   ruccl_result_t rc = ruccl_comm_agree(*comm, &flags, failed, 64, &nf);
+  int64_t agreed_at = ruccl_now_ns();
   CHECK(p, rc == RUCCL_OK, "agree: %s", ruccl_error_string(rc));
   char text[512];
   size_t used = (size_t)snprintf(text, sizeof text, "peer %u: agreed %08x failed ", p->id, flags);
@@ -75,6 +77,7 @@ static void agree_and_shrink(peer_t *p, ruccl_comm_t **comm, int expect_failed, 
   for (size_t i = 0; i < num_exclude; i++) alive[exclude[i]] = 0;
   ruccl_comm_t *small = NULL;
   rc = ruccl_comm_shrink(*comm, exclude, num_exclude, &small);
+  int64_t shrunk_at = ruccl_now_ns();
   CHECK(p, rc == RUCCL_OK && small, "shrink: %s", ruccl_error_string(rc));
   ruccl_finish(*comm);
   *comm = small;
@@ -84,8 +87,14 @@ static void agree_and_shrink(peer_t *p, ruccl_comm_t **comm, int expect_failed, 
   for (uint32_t k = 0; k < p->total; k++) left += alive[k], below += alive[k] && k < p->id;
   CHECK(p, size == left && index == below, "shrunk: size %u index %u, want %u and %u", size, index, left, below);
   CHECK(p, checked_all_reduce(p, small, alive, 100003) == 0, "all_reduce after the shrink");
-  if (failed_at_ns)
-    fprintf(stderr, "peer %u: recovered in %.1f ms\n", p->id, (double)(ruccl_now_ns() - failed_at_ns) / 1e6);
+  int64_t done_at = ruccl_now_ns();
+  if (failed_at_ns) {
+    fprintf(stderr, "peer %u: recovered in %.1f ms\n", p->id, (double)(done_at - failed_at_ns) / 1e6);
+    /* CLOCK_MONOTONIC stamps, for bench/shrink_bench.py */
+    fprintf(stderr, "peer %u: stamps failed %lld agree %lld agreed %lld shrunk %lld done %lld\n", p->id,
+            (long long)failed_at_ns, (long long)agree_at, (long long)agreed_at, (long long)shrunk_at,
+            (long long)done_at);
+  }
   fprintf(stderr, "peer %u: shrunk to %u, right\n", p->id, size);
 }
 
