@@ -94,7 +94,7 @@ def extension():
         name="ruccl_pg._C",
         # the shim, one concern a file (see csrc/torch/ProcessGroupRuccl.cpp); module.cpp is the entry
         sources=[f"csrc/torch/{f}.cpp" for f in ("tensors", "streams", "flight_recorder", "work", "rendezvous",
-                                                  "ProcessGroupRuccl", "collectives", "p2p", "module")],
+                                                  "ProcessGroupRuccl", "collectives", "p2p", "shrink", "module")],
         include_dirs=[os.path.join(ROOT, "include")],
         extra_objects=[CORE_LIB],
         libraries=["crypto"],

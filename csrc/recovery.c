@@ -239,9 +239,9 @@ static ruccl_result_t make_group(ruccl_group_t *old, const shape_t *s, const dec
     ruccl_table_t table = {.num_nodes = nodes, .nodes = calloc(nodes, sizeof(ruccl_join_t))};
     if (!table.nodes) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "shrink: table");
     for (unsigned k = 0, t = 0; rc == RUCCL_OK && k < s->num_nodes; k++) {
+      if (!survivors_of(s, d, k, NULL)) continue; /* a node with none left is no node of the new session */
       ruccl_join_t *j = &table.nodes[t];
       j->num_local = survivors_of(s, d, k, j->peer_ids);
-      if (!j->num_local) continue;
       snprintf(j->address, sizeof j->address, "%s", on->nodes[k].address);
       snprintf(j->host, sizeof j->host, "%s", on->nodes[k].host);
       j->data_port = ruccl_get_le32(d->port + 4 * k);

@@ -160,6 +160,15 @@ ruccl_result_t ruccl_comm_index(const ruccl_comm_t *c, unsigned *index) {
   return RUCCL_OK;
 }
 
+ruccl_result_t ruccl_comm_peer(const ruccl_comm_t *c, unsigned index, uint32_t *peer_id) {
+  if (!c || !peer_id) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or peer_id is NULL");
+  if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");
+  if (index >= c->group->n_total)
+    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "position %u is not below the size %u", index, c->group->n_total);
+  *peer_id = c->group->all_ids[index];
+  return RUCCL_OK;
+}
+
 ruccl_result_t ruccl_comm_algorithm(const ruccl_comm_t *c, const char **name) {
   if (!c || !name) return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "comm or name is NULL");
   if (atomic_load(&c->group->reset)) return ruccl_fail(RUCCL_ERR_NOT_REGISTERED, "handle discarded by ruccl_reset()");

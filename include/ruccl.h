@@ -305,6 +305,9 @@ const char *ruccl_last_error(void); /* thread-local detail of the last failure *
 /* Introspection that callers (the torch shim, tests) need; not in the seed. */
 ruccl_result_t ruccl_comm_size(const ruccl_comm_t *, unsigned *size);  /* participants, all nodes */
 ruccl_result_t ruccl_comm_index(const ruccl_comm_t *, unsigned *index); /* position in peer order */
+/* The peer id at position `index` of peer order (0 .. size-1): after a shrink, ids
+   keep their values while positions close up. */
+ruccl_result_t ruccl_comm_peer(const ruccl_comm_t *, unsigned index, uint32_t *peer_id);
 /* How this handle's last collective ran: "agreement" (a barrier, or a call refused by
    it), "fused into the agreement", "same-device", "nccl", or the host algorithm
    ("ring", "tree", "centralized"; across nodes "ring across 4 nodes", "tree within

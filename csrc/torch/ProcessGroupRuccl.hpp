@@ -83,6 +83,21 @@ class WorkRuccl : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// Rank -> peer id of a group a shrink made (peer ids stay, ranks close up); null or
+// empty: the id is the rank.
+using PeerIds = std::shared_ptr<const std::vector<uint32_t>>;
+inline uint32_t id_of_rank(const PeerIds &ids, int rank) {
+  if (!ids || ids->empty()) return static_cast<uint32_t>(rank);
+  // a rank out of range becomes an id no peer has: the core refuses it as it refuses any
+  return rank >= 0 && static_cast<size_t>(rank) < ids->size() ? (*ids)[static_cast<size_t>(rank)] : UINT32_MAX - 1;
+}
+inline int rank_of_id(const PeerIds &ids, uint32_t id) {
+  if (!ids || ids->empty()) return static_cast<int>(id);
+  for (size_t r = 0; r < ids->size(); r++)
+    if ((*ids)[r] == id) return static_cast<int>(r);
+  return -1;
+}
+
 // A point-to-point op on host tensors, posted at issue (ruccl_isend / ruccl_irecv).
 // A send is complete when posted; a receive completes when waited for, or when the
 // backend's completer sees it done (which completes the future).  The request is
@@ -90,7 +105,7 @@ class WorkRuccl : public c10d::Work {
 class WorkRucclP2p : public WorkRuccl {
  public:
   WorkRucclP2p(int rank, c10d::OpType type, const char *title, at::Tensor user, at::Tensor buf, ruccl_request_t *req,
-               bool recv);
+               bool recv, PeerIds ids);
   ~WorkRucclP2p() override;
   // Blocks until the op completes; with a timeout, throws RUCCL_ERR_TIMEOUT when it
   // has not completed by then (the receive stays posted).
@@ -109,12 +124,15 @@ class WorkRucclP2p : public WorkRuccl {
   bool recv_;
   std::atomic<bool> settled_{false};
   std::atomic<int> source_{-1};
+  PeerIds ids_;
   uint64_t trace_id_ = 0;
 };
 
 class ProcessGroupRuccl : public c10d::Backend {
  public:
   explicit ProcessGroupRuccl(const RucclOptions &opts);
+  // A group a shrink made, on its communicator (no rendezvous): shrink.cpp.
+  ProcessGroupRuccl(ruccl_comm_t *comm, int rank, int size, PeerIds ids, int64_t timeout_ms, const std::string &group_id);
   ~ProcessGroupRuccl() override;
 
   const std::string getBackendName() const override { return "ruccl"; }
@@ -122,6 +140,14 @@ class ProcessGroupRuccl : public c10d::Backend {
   void abort() override;
   // The timeout of later ops that name none (torch's _set_default_timeout).
   void setTimeout(std::chrono::milliseconds timeout) override;
+
+  // dist.shrink_group (shrink.cpp): the survivors make a new group without
+  // ranks_to_exclude (and any rank the core finds lost), ranked densely in the old
+  // order; SHRINK_ABORT (1) revokes this group first, so that a survivor blocked in a
+  // collective returns at once.  This group stays (revoked, if it was) until shutdown.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags = 0,
+                                           const c10::intrusive_ptr<Options> &opts_override = nullptr) override;
 
   // Coalescing (batch_isend_irecv, _coalescing_manager): the ops issued between
   // start and end run as one job; the point-to-point ones as one ruccl_p2p_group, so
@@ -243,7 +269,12 @@ class ProcessGroupRuccl : public c10d::Backend {
   static void release_queue(Queue &q); // busy = false; wakes the workers if one has work
   void run_p2p(std::vector<P2pOp> &ops);
 
+  void start_threads();
+  uint32_t id_of(int rank) const { return id_of_rank(ids_, rank); }
+
   ruccl_comm_t *comm_ = nullptr;
+  PeerIds ids_; // rank -> peer id, after a shrink (else empty)
+  std::string group_id_;
   std::mutex comm_mu_; // abort() against shutdown()'s finish
   std::atomic<int64_t> timeout_ms_{RUCCL_DEFAULT_TIMEOUT_MS};
   std::shared_ptr<Queue> q_ = std::make_shared<Queue>();

@@ -79,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::broadcast(std::vector<at::Tens
   return enqueue(c10d::OpType::BROADCAST, "ruccl:broadcast", {t}, [this, t, root] {
     Staged h(t, static_cast<int>(root) == rank_);
     ruccl_tensor_t v = view(h.buf);
-    check(ruccl_broadcast_from(comm_, &v, root));
+    check(ruccl_broadcast_from(comm_, &v, id_of(static_cast<int>(root))));
     h.put();
   }, {}, !opts.asyncOp, nullptr, {}, opts.timeout, {nullptr, static_cast<int>(root)});
 }
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::reduce(std::vector<at::Tensor>
     at::Tensor x = op.operand(h.buf);
     ruccl_tensor_t v = view(x);
     bool is_root = static_cast<int>(root) == rank_;
-    check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op.op, root));
+    check(ruccl_reduce(comm_, &v, is_root ? &v : nullptr, op.op, id_of(static_cast<int>(root))));
     if (!is_root) return;
     op.result(x, h.buf);
     h.put();

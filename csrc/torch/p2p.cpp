@@ -19,7 +19,7 @@ void ProcessGroupRuccl::run_p2p(std::vector<P2pOp> &ops) {
   for (size_t i = 0; i < ops.size(); i++) {
     views[i] = view(staged[i].buf);
     c_ops[i] = {ops[i].send ? RUCCL_P2P_SEND : RUCCL_P2P_RECV, &views[i],
-                ops[i].peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(ops[i].peer), ops[i].tag};
+                ops[i].peer < 0 ? RUCCL_ANY_PEER : id_of(ops[i].peer), ops[i].tag};
   }
   check(ruccl_p2p_group(comm_, c_ops.data(), c_ops.size()));
   for (size_t i = 0; i < ops.size(); i++)
@@ -73,15 +73,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRuccl::post_p2p(bool send, at::Tensor
   TraceTensors described;
   described.add(t);
   uint64_t trace = recorder.issued(trace_group_, p2p_seq_++, true, title, described, {nullptr, peer}, true);
-  ruccl_result_t rc = send ? ruccl_isend(comm_, &v, static_cast<uint32_t>(peer), tag, &req)
-                           : ruccl_irecv(comm_, &v, peer < 0 ? RUCCL_ANY_PEER : static_cast<uint32_t>(peer), tag, &req);
+  ruccl_result_t rc = send ? ruccl_isend(comm_, &v, id_of(peer), tag, &req)
+                           : ruccl_irecv(comm_, &v, peer < 0 ? RUCCL_ANY_PEER : id_of(peer), tag, &req);
   try {
     check(rc);
   } catch (...) {
     recorder.finished(trace, kP2pAlgorithm, std::current_exception());
     throw;
   }
-  auto work = c10::make_intrusive<WorkRucclP2p>(rank_, type, title, t, buf, req, !send);
+  auto work = c10::make_intrusive<WorkRucclP2p>(rank_, type, title, t, buf, req, !send, ids_);
   work->set_trace(trace);
   if (send) recorder.finished(trace, kP2pAlgorithm, nullptr); // eager: handed over when posted
   if (send || work->settle()) return work;

@@ -142,6 +142,11 @@ ProcessGroupRuccl::ProcessGroupRuccl(const RucclOptions &o) : c10d::Backend(o.ra
   recorder.note_process_rank(o.rank);
   trace_group_ = recorder.add_group(o.group_id, o.rank, o.size);
   timeout_ms_ = std::max<int64_t>(o.timeout.count(), 1);
+  group_id_ = o.group_id;
+  start_threads();
+}
+
+void ProcessGroupRuccl::start_threads() {
   for (int i = 0; i < 2; i++) workers_.emplace_back(worker_loop, this, q_);
   completer_ = std::thread(completer_loop, p2p_);
 }

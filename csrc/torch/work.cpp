@@ -47,9 +47,9 @@ void WorkRuccl::complete(std::exception_ptr error) {
 // ---- point-to-point work ----------------------------------------------------------
 
 WorkRucclP2p::WorkRucclP2p(int rank, c10d::OpType type, const char *title, at::Tensor user, at::Tensor buf,
-                           ruccl_request_t *req, bool recv)
+                           ruccl_request_t *req, bool recv, PeerIds ids)
     : WorkRuccl(rank, type, title, {user}, {user, buf}, nullptr), user_(std::move(user)), buf_(std::move(buf)),
-      req_(req), recv_(recv) {}
+      req_(req), recv_(recv), ids_(std::move(ids)) {}
 
 WorkRucclP2p::~WorkRucclP2p() { ruccl_request_free(req_); }
 
@@ -71,7 +71,7 @@ void WorkRucclP2p::conclude(ruccl_result_t rc) {
     if (rc != RUCCL_OK) throw std::runtime_error(why.empty() ? ruccl_error_string(rc) : why);
     if (recv_) {
       uint32_t src = 0;
-      if (ruccl_request_source(req_, &src) == RUCCL_OK) source_.store(static_cast<int>(src));
+      if (ruccl_request_source(req_, &src) == RUCCL_OK) source_.store(rank_of_id(ids_, src));
       if (!buf_.is_same(user_)) user_.copy_(buf_);
     }
   } catch (...) {
