@@ -10,8 +10,10 @@ if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] 
   echo "setup: installing torch==2.13.0"
   "$py" -m pip install -q torch==2.13.0
 fi
-# the rest of requirements.txt: the test runner, and what the example trainer uses
-for pair in pytest:pytest expecttest:expecttest wheel:wheel sklearn:scikit-learn tqdm:tqdm matplotlib:matplotlib; do
+# the rest of requirements.txt: the test runner, what the example trainer uses, and
+# torchft (optional for users: ruccl_pg.torchft; its tests and drill run where it is)
+for pair in pytest:pytest expecttest:expecttest wheel:wheel sklearn:scikit-learn tqdm:tqdm matplotlib:matplotlib \
+  torchft:torchft==0.2.0 parameterized:parameterized; do
   mod="${pair%%:*}" pkg="${pair#*:}"
   "$py" -c "import $mod" 2>/dev/null || { echo "setup: installing $pkg"; "$py" -m pip install -q "$pkg"; }
 done
