@@ -1,5 +1,5 @@
 /* agreement.h — what the peers of a collective tell each other before any data moves
- * (collective.c): every peer's descriptor of its call, node 0's verdict and, when the
+ * (agreement.c, for collective.c): every peer's descriptor of its call, node 0's verdict and, when the
  * path changes or NCCL connects, the verdict's extras.
  *
  * Within a process these travel as the structs below.  Between nodes they travel in
@@ -12,9 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algorithms/algorithms.h"
 #include "collective.h"
 #include "device/nccl_api.h"
 #include "device/path.h"
+#include "transport.h"
 
 typedef struct {
   uint64_t in, out; /* a peer's buffers (0 where it has none) */
@@ -22,7 +24,7 @@ typedef struct {
 
 #define DETAIL_MAX RUCCL_DETAIL_MAX
 #define VERDICT_MAX 448
-/* A small all-reduce's input that rides with the descriptor (collective.c). */
+/* A small all-reduce's input that rides with the descriptor (ruccl_fuse_t below). */
 #define FUSE_MAX_BYTES 4096
 
 typedef struct {
@@ -59,6 +61,33 @@ typedef struct {
   char path_why[96];
   ruccl_nccl_unique_id_t nccl_id;
 } coll_extras_t;
+
+/* A small all-reduce between nodes of one peer each rides with the agreement: every
+   node sends its input right after its descriptor, node 0 reduces the inputs once
+   every descriptor agrees (in node order, as the centralized algorithm does, so the
+   bits are the same), and the result follows the verdict.  One exchange with node 0
+   instead of the agreement's and then the algorithm's.  A verdict against the call
+   (or a node that could not fuse) leaves every output as it was: the inputs that
+   came along are dropped. */
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t bytes;
+  const ruccl_args_t *args;
+} ruccl_fuse_t;
+
+/* agreement.c: this peer's descriptor of its call; a local error (a bad argument, a
+   device that cannot be used) is recorded in it, not returned. */
+void ruccl_describe(const ruccl_comm_t *c, const ruccl_call_t *r, coll_desc_t *d);
+/* One round: every descriptor to position 0, which judges them (and, unless vote,
+   chooses the path and may reduce a fused input), and one verdict back.  Returns the
+   verdict's code (the thread's last error set from its message), or the transport's
+   error when the round itself could not complete (*transport_failed set).  The judge
+   also gets every descriptor, by global index, in *all_out (NULL elsewhere).  vote:
+   the round only collects local errors (after an NCCL launch, a staging). */
+ruccl_result_t ruccl_agree(ruccl_comm_t *c, const ruccl_team_t *local, const ruccl_team_t *net,
+                           const coll_desc_t *mine, int vote, const ruccl_fuse_t *fuse, coll_verdict_t *out,
+                           coll_extras_t *x, const coll_desc_t **all_out, int *transport_failed);
 
 /* Encoded sizes (bytes). */
 #define RUCCL_DESC_WIRE_BYTES                                                                     \

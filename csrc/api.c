@@ -1,5 +1,5 @@
 /* api.c — the public collective entry points: each names its call for the rank
-   core (collective.c), which checks, agrees on and runs it. */
+   core (collective.c), which checks and agrees on it (agreement.c) and runs it. */
 #include "collective.h"
 
 ruccl_result_t ruccl_all_reduce(ruccl_comm_t *comm, const ruccl_tensor_t *in, ruccl_tensor_t *out,

@@ -23,6 +23,21 @@ typedef struct {
   int root_named;     /* broadcast: root_peer sends `out` (ruccl_broadcast_from); in is unused */
 } ruccl_call_t;
 
+/* Whether each output element of a kind comes from the same element of the inputs
+   (in and out have one size, the call can run in place or in slices). */
+static inline int ruccl_coll_elementwise(int32_t kind) {
+  return kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_BROADCAST || kind == RUCCL_COLL_REDUCE;
+}
+/* Whether a kind of collective reduces (and so takes an op and a compute dtype). */
+static inline int ruccl_coll_reduces(int32_t kind) {
+  return kind == RUCCL_COLL_ALL_REDUCE || kind == RUCCL_COLL_REDUCE || kind == RUCCL_COLL_REDUCE_SCATTER;
+}
+static inline int64_t ruccl_numel(const ruccl_tensor_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
 /* Agrees with every participant on the call, then runs it.  Returns the same code
    on every participant for any disagreement, before any output is written. */
 ruccl_result_t ruccl_collective_run(ruccl_comm_t *comm, const ruccl_call_t *req);

@@ -1,6 +1,6 @@
 /* device_collective.h — the rank core's device paths (device/path.h): the whole
  * collective as one device operation when every peer shares one device, and NCCL
- * when each has its own GPU.  collective.c agrees on the call first. */
+ * when each has its own GPU.  agreement.c agrees on the call first. */
 #ifndef RUCCL_DEVICE_COLLECTIVE_H
 #define RUCCL_DEVICE_COLLECTIVE_H
 

@@ -30,7 +30,7 @@ extern char **environ;
 namespace {
 
 const char kSecret[] = "multinode-secret";
-const uint16_t kNodeHello = 20;  // the first frame of a link between nodes (transport_tcp.c)
+const uint16_t kNodeHello = 20;  // the first frame of a link between nodes (links.c)
 
 struct Orchestrator {
   ruccl_orchestrator_t *o = nullptr;

@@ -48,7 +48,7 @@ from dist_harness import (
     skip_on_gloo,
 )
 
-SHM_LOG = "shared memory with node"  # transport_tcp.c, offer_shm(): only when the link is shared memory
+SHM_LOG = "shared memory with node"  # links.c, offer_shm(): only when the link is shared memory
 CONNECTED_LOG = re.compile(r"node (\d+): connected to node (\d+) at ([0-9.]+):(\d+)")  # ruccl_net_connect_all()
 
 
