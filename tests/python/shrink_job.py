@@ -11,6 +11,10 @@ abort  ranks 0-2 wait in an all-reduce rank 3 never joins; they shrink with
        SHRINK_ABORT, which ends it with RUCCL_ERR_REVOKED, then all-reduce over the 3.
 fresh  the reference: a fresh 3-rank group loads the state the survivors saved and
        takes the same 2 steps.
+deadpeer  3 ranks; rank 2 is killed; rank 0 shuts its group down
+       (destroy_process_group), rank 1 aborts it: how long each took.
+After the DDP steps, kill/stop/fresh also take 2 FSDP2 steps of a fresh model over the
+(new) default group.
 Each survivor writes OUT_DIR/rank<r>.json: the new rank and size, what failed, and the
 model's parameters after the steps (as lists of floats, exactly).
 """
@@ -55,6 +59,27 @@ def report(extra):
         json.dump(extra, f)
 
 
+def fsdp2_steps(r):
+    """FSDP2 over a 1-D mesh of the current default group: 2 steps of a fresh model;
+    its full parameters after them."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cpu")
+    m, _ = model_and_opt()
+    for layer in m:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    for s in range(2):
+        x, y = batch(r, 20 + s)
+        opt.zero_grad()
+        nn.functional.mse_loss(m(x), y).backward()
+        opt.step()
+    return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().reshape(-1).tolist() for p in m.parameters()]
+
+
 def after_shrink(model, opt, failed):
     new_rank, new_size = dist.get_rank(), dist.get_world_size()
     if new_rank == 0:
@@ -63,8 +88,11 @@ def after_shrink(model, opt, failed):
     ddp = nn.parallel.DistributedDataParallel(model)
     for s in range(2):
         step(ddp, opt, new_rank, 10 + s)
-    report({"old_rank": rank, "rank": new_rank, "size": new_size, "failed": failed, "model": model})
-    dist.destroy_process_group()
+    fsdp = fsdp2_steps(new_rank)
+    t0 = time.monotonic()
+    report({"old_rank": rank, "rank": new_rank, "size": new_size, "failed": failed, "model": model, "fsdp2": fsdp})
+    dist.destroy_process_group()  # the old group (shut down by the shrink) and the new one
+    print(f"rank {rank}: destroy_process_group took {time.monotonic() - t0:.3f} s", file=sys.stderr)
 
 
 dist.init_process_group("ruccl", timeout=__import__("datetime").timedelta(seconds=60))
@@ -117,5 +145,27 @@ elif scenario == "fresh":
     ddp = nn.parallel.DistributedDataParallel(model)
     for s in range(2):
         step(ddp, opt, rank, 10 + s)
-    report({"old_rank": rank, "rank": rank, "size": world, "failed": "", "model": model})
+    fsdp = fsdp2_steps(rank)
+    report({"old_rank": rank, "rank": rank, "size": world, "failed": "", "model": model, "fsdp2": fsdp})
     dist.destroy_process_group()
+elif scenario == "deadpeer":
+    # rank 2 dies; rank 0 then shuts its group down, rank 1 aborts it: each within 1 s
+    from torch.distributed.distributed_c10d import _abort_process_group
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # it is gone
+    failed = ""
+    try:
+        dist.all_reduce(t)
+    except Exception as e:  # noqa: BLE001
+        failed = str(e).splitlines()[0]
+    t0 = time.monotonic()
+    if rank == 0:
+        dist.destroy_process_group()
+    else:
+        _abort_process_group()
+    took = time.monotonic() - t0
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "failed": failed, "took": took, "how": "shutdown" if rank == 0 else "abort"}, f)

@@ -66,6 +66,7 @@ def test_shrink_group_after_a_lost_rank_then_ddp_matches_a_fresh_group(tmp_path,
     for r in range(3):
         assert shrunk[r]["params"] == shrunk[0]["params"], "the survivors' models differ"
         assert fresh[r]["params"] == shrunk[r]["params"], f"rank {r}: the shrunk group's steps differ from a fresh group's"
+        assert fresh[r]["fsdp2"] == shrunk[r]["fsdp2"], f"rank {r}: FSDP2 over the shrunk group differs from a fresh group"
 
 
 def test_shrink_abort_ends_a_blocked_all_reduce_and_the_three_go_on(tmp_path):
@@ -75,3 +76,11 @@ def test_shrink_abort_ends_a_blocked_all_reduce_and_the_three_go_on(tmp_path):
         assert d["size"] == 3 and d["sum"] == 6.0, d
         assert "RUCCL_ERR_REVOKED" in d["failed"], d["failed"]
         assert d["shrink_s"] < 5.0, d["shrink_s"]
+
+
+def test_shutdown_and_abort_with_a_dead_peer_take_under_a_second(tmp_path):
+    out, _ = _run("deadpeer", tmp_path, 3, victim=2)
+    assert sorted(out) == [0, 1]
+    for r, d in out.items():
+        assert "RUCCL_ERR_PEER_LOST" in d["failed"], d
+        assert d["took"] < 1.0, f"rank {r}: {d['how']} took {d['took']:.2f} s"
