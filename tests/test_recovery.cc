@@ -91,7 +91,9 @@ TEST(Revoke, WakesEveryPeerBlockedInACollectiveAndEveryLaterCall) {
   });
   ASSERT_TRUE(AllOk(r));
   for (size_t i = 0; i < 4; i++) {
-    if (i < 3) EXPECT_LT(took_ms[i], 3000) << "thread " << i << " was not woken promptly";
+    if (i < 3) {
+      EXPECT_LT(took_ms[i], 3000) << "thread " << i << " was not woken promptly";
+    }
     EXPECT_EQ(RUCCL_ERR_REVOKED, later[i]) << "thread " << i;
     EXPECT_EQ(RUCCL_OK, agreed[i].rc) << agreed[i].why;
     EXPECT_EQ(~0xfu, agreed[i].flags) << "thread " << i << ": the AND of every peer's flags";
@@ -122,6 +124,30 @@ TEST(Revoke, LeavesAnotherCommunicatorOfTheSamePeersAlone) {
     EXPECT_EQ("", b_sum[i]) << "thread " << i;
     EXPECT_EQ(RUCCL_OK, on_b[i]) << "thread " << i;
   }
+}
+
+TEST(Revoke, WakesAPendingReceiveAndRefusesLaterPointToPoint) {
+  const std::vector<uint32_t> ids = {0, 1};
+  ruccl_config_t cfg = MakeConfig(2, Auto(), 20000);
+  ruccl_result_t recv_rc = RUCCL_NUM_RESULTS, send_rc = RUCCL_NUM_RESULTS;
+  int64_t took_ms = 0;
+  RunResult r = RunPeers(ids, cfg, [&](ruccl_comm_t *comm, size_t i) {
+    float x = 0;
+    ruccl_tensor_t t{&x, RUCCL_FLOAT32, 0, {}, Cpu()};
+    if (i == 0) {
+      int64_t t0 = NowMs();
+      recv_rc = ruccl_recv(comm, &t, 1);  // peer 1 never sends: it revokes
+      took_ms = NowMs() - t0;
+    } else {
+      SleepMs(200);
+      RT_CHECK_OK(ruccl_comm_revoke(comm));
+      send_rc = ruccl_send(comm, &t, 0);
+    }
+  });
+  ASSERT_TRUE(AllOk(r));
+  EXPECT_EQ(RUCCL_ERR_REVOKED, recv_rc);
+  EXPECT_EQ(RUCCL_ERR_REVOKED, send_rc);
+  EXPECT_LT(took_ms, 3000);
 }
 
 TEST(Agree, CountsAFinishedPeerAsFailedAndShrinkLeavesItOut) {
