@@ -460,16 +460,31 @@ static void notify(ruccl_net_t *net, ruccl_p2p_net_t *p, unsigned node, ruccl_re
                                 ruccl_last_error());
 }
 
+/* Whether node k's data port refuses connections: its process is gone (or its session
+   closed), so no notice of why will come from it.  A port that takes the connection,
+   or does not answer within the probe's bound, may still send one. */
+static int port_refuses(const ruccl_net_t *net, unsigned k) {
+  int fd = -1;
+  ruccl_result_t rc = ruccl_tcp_connect_ex(net->nodes[k].address, (int)net->nodes[k].port,
+                                           ruccl_now_ns() + 50000000, 0, &fd);
+  if (fd >= 0) close(fd);
+  return rc == RUCCL_ERR_PEER_LOST;
+}
+
 void ruccl_p2p_net_await_notice(const ruccl_net_t *net, unsigned node, int ms) {
   ruccl_p2p_net_t *p = net->p2p;
   if (!p || node >= p->num_nodes) return;
   int seen = 0; /* a stream from the node, which its end then settles */
+  int gone = 0; /* its data port refuses: a node that is gone (killed) says nothing more */
   for (int i = 0; i < ms; i++) {
     if (ruccl_net_session_state(net) != RUCCL_OK) return;
     pthread_mutex_lock(&p->in_mu);
     int streaming = p->in[node].fd >= 0;
     pthread_mutex_unlock(&p->in_mu);
     if (seen && !streaming) return; /* the reader took all the stream held */
+    if (i == 0 && !streaming) gone = port_refuses(net, node);
+    /* a notice it sent just before it went is a stream being taken by now */
+    if (gone && !streaming && i >= 3) return;
     seen |= streaming;
     struct timespec pause = {0, 1000000};
     nanosleep(&pause, NULL);
