@@ -131,6 +131,14 @@ static void combine(void *ctx, unsigned num_nodes, const unsigned char *const *c
   unsigned first_node = 0;
   for (unsigned k = 0; k < num_nodes; k++) {
     const unsigned char *c = contribs[k];
+    if (c == ruccl_agree_mismatch) { /* in the round, but its exclude list leaves out other nodes */
+      if (code == RUCCL_OK) {
+        code = RUCCL_ERR_INVALID_ARGUMENT;
+        snprintf(why, sizeof why, "the exclude lists differ: node %u leaves out other nodes than node %u does", k,
+                 first_node);
+      }
+      continue;
+    }
     if (!c) {
       d.lost[k] = 1;
       for (unsigned i = 0; i < s->n_total; i++)
@@ -207,8 +215,10 @@ static unsigned survivors_of(const shape_t *s, const decision_t *d, unsigned k, 
 
 /* The runner makes the node's part of the new group: handles for its survivors,
    and, across nodes, the new session through net (opened before the round). */
-static ruccl_result_t make_group(ruccl_group_t *old, const shape_t *s, const decision_t *d, struct ruccl_net *net,
+static ruccl_result_t make_group(ruccl_group_t *old, const shape_t *s, const decision_t *d, struct ruccl_net **netp,
                                  ruccl_comm_t **made) {
+  struct ruccl_net *net = *netp;
+  *netp = NULL; /* this function's now: the new group's, or closed */
   const ruccl_net_t *on = old->net;
   unsigned keep_here = survivors_of(s, d, old->node_index, NULL), nodes = 0, my_node = 0;
   for (unsigned k = 0; k < s->num_nodes; k++) {
@@ -251,11 +261,16 @@ static ruccl_result_t make_group(ruccl_group_t *old, const shape_t *s, const dec
     free(table.nodes);
     if (rc == RUCCL_OK) {
       g->net = net;
+      net = NULL;
     } else {
+      /* the net first: its threads may reach the group until they stop */
+      ruccl_session_discard(net);
+      net = NULL;
       ruccl_group_discard(g);
       g = NULL;
     }
   }
+  if (net) ruccl_session_discard(net); /* one node left: no session between nodes */
   if (rc == RUCCL_OK) {
     ruccl_group_publish(g);
     for (unsigned i = 0, m = 0; i < old->n; i++) {
@@ -335,19 +350,17 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
       rc = ruccl_fail(RUCCL_ERR_PROTOCOL, "the agreement's decision has %u bytes, not %u", dlen, dcap);
   }
   decision_t d = decision_at(&s, dec);
-  if (rc == RUCCL_OK && d.lost[g->node_index])
-    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other nodes found this node lost during the agreement (it was frozen "
-                    "or too slow) and went on without it");
   if (rc == RUCCL_OK && ruccl_get_le32(d.code) != RUCCL_OK) {
     char said[DECISION_WHY + 1];
     memcpy(said, d.why, DECISION_WHY);
     said[DECISION_WHY] = 0;
     rc = ruccl_fail((ruccl_result_t)ruccl_get_le32(d.code), "%s", said);
   }
-  if (rc == RUCCL_OK && kind == ROUND_SHRINK) {
-    rc = make_group(g, &s, &d, net, m->made);
-    if (rc == RUCCL_OK) net = NULL; /* the new group's now */
-  }
+  /* (a round that failed fails alike for every caller, this node too: the code first) */
+  if (rc == RUCCL_OK && d.lost[g->node_index])
+    rc = ruccl_fail(RUCCL_ERR_PEER_LOST, "the other nodes found this node lost during the agreement (it was frozen "
+                    "or too slow) and went on without it");
+  if (rc == RUCCL_OK && kind == ROUND_SHRINK) rc = make_group(g, &s, &d, &net, m->made);
   if (net) ruccl_session_discard(net);
   pthread_mutex_lock(&m->mu);
   m->result = rc;
@@ -384,10 +397,10 @@ static ruccl_result_t meet(ruccl_comm_t *c, int kind, uint32_t flags, const uint
       excl[gi] = 1;
     }
   }
-  if (excl[c->global_index]) {
-    free(excl);
-    return ruccl_fail(RUCCL_ERR_INVALID_ARGUMENT, "peer %u is in its own exclude list: excluded peers do not call "
-                      "ruccl_comm_shrink", c->peer_id);
+  if (excl[c->global_index] && code == RUCCL_OK) { /* it still meets the others, who may wait for it */
+    code = RUCCL_ERR_INVALID_ARGUMENT;
+    snprintf(why, sizeof why, "peer %u is in its own exclude list: excluded peers do not call ruccl_comm_shrink",
+             c->peer_id);
   }
   uint64_t round = ++c->agree_round;
   pthread_mutex_lock(&m->mu);
@@ -446,6 +459,12 @@ static ruccl_result_t meet(ruccl_comm_t *c, int kind, uint32_t flags, const uint
     if (!m->running && ruccl_now_ns() >= deadline) {
       unsigned missing = 0;
       for (unsigned i = 0; i < g->n; i++) missing += !m->came[i] && !atomic_load(&g->finished[i]);
+      /* this peer leaves the round: if it runs later, it runs as failed, without it */
+      m->came[c->index] = 0;
+      if (m->code == RUCCL_OK) {
+        m->code = RUCCL_ERR_TIMEOUT;
+        snprintf(m->why, sizeof m->why, "peer %u timed out waiting for its node's other peers", c->peer_id);
+      }
       pthread_mutex_unlock(&m->mu);
       return ruccl_fail(RUCCL_ERR_TIMEOUT, "peer %u: %u local peer(s) did not join the agreement within %lld ms",
                         c->peer_id, missing, (long long)ruccl_comm_timeout(c));

@@ -67,8 +67,9 @@ int ruccl_testing_beats_silenced(void);
    crash before it links to anyone; 2: it stops itself there (SIGSTOP), frozen. */
 void ruccl_testing_set_die_after_table(int on);
 int ruccl_testing_die_after_table(void);
-/* A node that coordinates an agreement round exits (status 9) once the first node it
-   asked has answered, before it sends any decision (agree_net.c). */
+/* A node that coordinates an agreement round exits (status 9): 1, once the first node
+   it asked has answered, before it sends any decision; 2, right after it sent the
+   decision to the first node (the others never get it from it) (agree_net.c). */
 void ruccl_testing_set_die_in_agreement(int on);
 int ruccl_testing_die_in_agreement(void);
 

@@ -261,7 +261,7 @@ ruccl_result_t ruccl_p2p_group(ruccl_comm_t *, const ruccl_p2p_op_t *ops, size_t
    Safe from any thread, while the owner is blocked; the handle must still be freed
    with ruccl_finish, which then returns at once. */
 ruccl_result_t ruccl_comm_abort(ruccl_comm_t *);
-/* Fault tolerance (docs/reference.md §6): revoke, agree, shrink.
+/* Fault tolerance (docs/reference.md §9): revoke, agree, shrink.
  *
  * Makes every call of this communicator, on every peer, that is blocked or made
  * later return promptly with RUCCL_ERR_REVOKED (or PEER_LOST, where a lost node

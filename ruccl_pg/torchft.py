@@ -39,12 +39,10 @@ class ProcessGroupRuccl(ProcessGroupWrapper):
         self._errored: Optional[Exception] = None
         self._error_lock = threading.Lock()
         self._store_addr = ""
-        self._configured = 0
 
     def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int, quorum_id=None,
                   group_rank=None, group_world_size=None, global_ranks=None) -> None:
         self._store_addr = store_addr
-        self._configured += 1
         super().configure(store_addr, replica_id, rank, world_size, quorum_id, group_rank, group_world_size,
                           global_ranks)
 

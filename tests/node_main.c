@@ -750,7 +750,8 @@ int main(int argc, char **argv) {
   /* RUCCL_TEST_DIE_IN_AGREE_PEER: the node of that peer dies while it coordinates an agreement */
   const char *die_agree = getenv("RUCCL_TEST_DIE_IN_AGREE_PEER");
   for (unsigned i = 0; die_agree && i < n; i++)
-    if (ids[i] == (uint32_t)atoi(die_agree)) ruccl_testing_set_die_in_agreement(1);
+    if (ids[i] == (uint32_t)atoi(die_agree))
+      ruccl_testing_set_die_in_agreement(getenv("RUCCL_TEST_DIE_IN_AGREE_MODE") ? atoi(getenv("RUCCL_TEST_DIE_IN_AGREE_MODE")) : 1);
   /* RUCCL_TEST_SILENT_PEER: the node of that peer sends no liveness beats */
   const char *silent = getenv("RUCCL_TEST_SILENT_PEER");
   for (unsigned i = 0; silent && i < n; i++)

@@ -8,6 +8,11 @@
  *              the shrunk group's first all-reduce done) to stderr
  *   agreedie   an all-reduce, then the same agree and shrink, while the node of peer
  *              RUCCL_TEST_DIE_IN_AGREE_PEER coordinates the agreement and dies in it
+ *              (RUCCL_TEST_DIE_IN_AGREE_MODE=2: it dies right after it sent the decision
+ *              to the first node it asked, so the others must get it from that node)
+ *   xmismatch  every peer shrinks; the node of peer 1 excludes the first node's peers,
+ *              the others exclude nobody: every caller (the first node's too) must get
+ *              RUCCL_ERR_INVALID_ARGUMENT
  *   revoke     RUCCL_TEST_ROUNDS (5) rounds: a 64 MB all-reduce that a thread of peer
  *              1 revokes after a varying delay: every peer must see REVOKED (in it or
  *              in the barrier after), agree (nobody failed), shrink to the same peers
@@ -193,9 +198,22 @@ static void scenario_exclude(peer_t *p, ruccl_comm_t **comm) {
   agree_and_shrink(p, comm, -1, 0, exclude, p->local); /* the excluded may be gone by then */
 }
 
+static void scenario_xmismatch(peer_t *p, ruccl_comm_t **comm) {
+  uint32_t first_node[MAX_LOCAL];
+  for (unsigned i = 0; i < p->local; i++) first_node[i] = i; /* ids 0 .. local-1: node 0's */
+  int on_node1 = p->id >= p->local && p->id < 2 * p->local;
+  ruccl_comm_t *small = NULL;
+  ruccl_result_t rc = ruccl_comm_shrink(*comm, on_node1 ? first_node : NULL, on_node1 ? p->local : 0, &small);
+  fprintf(stderr, "peer %u: shrink with %s list: %s (%s)\n", p->id, on_node1 ? "its" : "an empty",
+          ruccl_error_string(rc), ruccl_last_error());
+  if (small) ruccl_finish(small);
+  CHECK(p, rc == RUCCL_ERR_INVALID_ARGUMENT, "shrink with differing exclude lists: %s", ruccl_error_string(rc));
+}
+
 int run_recovery_scenario(peer_t *p, ruccl_comm_t **comm) {
   if (!strcmp(p->scenario, "shrink")) scenario_shrink(p, comm);
   else if (!strcmp(p->scenario, "agreedie")) scenario_agreedie(p, comm);
+  else if (!strcmp(p->scenario, "xmismatch")) scenario_xmismatch(p, comm);
   else if (!strcmp(p->scenario, "revoke")) scenario_revoke(p, comm);
   else if (!strcmp(p->scenario, "revoke2")) scenario_revoke2(p, comm);
   else if (!strcmp(p->scenario, "exclude")) scenario_exclude(p, comm);

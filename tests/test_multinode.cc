@@ -1090,7 +1090,7 @@ TEST_P(Recovery, KilledNodeMidAllReduceIsAgreedShrunkAndTheSurvivorsGoOn) {
   const auto &[transport, layout] = GetParam();
   Orchestrator orch;
   std::vector<std::string> ids = RecoveryLayout(layout);
-  LoggedNodes nodes(orch, "rk" + layout, ids, "shrink", "ring", transport);
+  LoggedNodes nodes(orch, "rk" + layout + transport, ids, "shrink", "ring", transport);
   unsigned per = layout == "4x2" ? 2 : 1, total = 4 * per;
   auto running = [&] {
     std::string all;
@@ -1133,7 +1133,7 @@ TEST_P(Recovery, CoordinatorThatDiesDuringTheAgreementIsAgreedLost) {
   Orchestrator orch;
   std::vector<std::string> ids = RecoveryLayout(layout);
   ScopedEnv die("RUCCL_TEST_DIE_IN_AGREE_PEER", "0");
-  LoggedNodes nodes(orch, "rd" + layout, ids, "agreedie", "ring", transport);
+  LoggedNodes nodes(orch, "rd" + layout + transport, ids, "agreedie", "ring", transport);
   std::vector<int> codes = wait_all(nodes.pids, 90);
   std::string text = nodes.log(1) + nodes.log(2) + nodes.log(3);
   EXPECT_EQ((std::vector<int>{9, 0, 0, 0}), codes) << TailOf(text);
@@ -1144,6 +1144,29 @@ TEST_P(Recovery, CoordinatorThatDiesDuringTheAgreementIsAgreedLost) {
     EXPECT_EQ(agreed.begin()->second, line) << "peer " << id << " agreed otherwise";
     EXPECT_NE(std::string::npos, line.find(per == 2 ? "failed 0,1," : "failed 0,")) << line;
     EXPECT_EQ(std::string::npos, line.find(per == 2 ? "failed 0,1,2" : "failed 0,1")) << line;
+  }
+}
+
+// The coordinator dies right after it sent the decision to the first node it asked
+// (node 1): the others never get it from it, yet they end with node 1's decision, not
+// a timeout nor another one.
+TEST_P(Recovery, CoordinatorThatDiesWhileSendingTheDecisionLeavesOneDecision) {
+  const auto &[transport, layout] = GetParam();
+  Orchestrator orch;
+  std::vector<std::string> ids = RecoveryLayout(layout);
+  ScopedEnv die("RUCCL_TEST_DIE_IN_AGREE_PEER", "0");
+  ScopedEnv mode("RUCCL_TEST_DIE_IN_AGREE_MODE", "2");
+  LoggedNodes nodes(orch, "rs" + layout + transport, ids, "agreedie", "ring", transport);
+  std::vector<int> codes = wait_all(nodes.pids, 90);
+  std::string text = nodes.log(1) + nodes.log(2) + nodes.log(3);
+  EXPECT_EQ(9, codes[0]);
+  std::map<int, std::string> agreed = AgreedLines(text);
+  unsigned per = layout == "4x2" ? 2 : 1;
+  ASSERT_EQ(3 * per, agreed.size()) << TailOf(text);
+  for (const auto &[id, line] : agreed) {
+    EXPECT_EQ(agreed.begin()->second, line) << "peer " << id << " agreed otherwise";
+    // node 1 kept the decision node 0 made with everyone alive: nobody failed
+    EXPECT_EQ("failed ", line.substr(line.size() - 7)) << line;
   }
 }
 
@@ -1159,6 +1182,17 @@ TEST_P(Transports, RevokeRacing64MBAllReducesThenShrinkGoesOn) {
   Orchestrator orch;
   LoggedNodes nodes(orch, "rrv", RecoveryLayout("4x1"), "revoke", "ring", GetParam());
   std::vector<int> codes = wait_all(nodes.pids, 240);
+  std::string text;
+  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
+  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+}
+
+// Exclude lists that leave out different nodes: every caller gets INVALID_ARGUMENT,
+// the node that one list leaves out included (it takes part with its own list).
+TEST(MultiNode, ExcludeListsThatDifferBetweenNodesAreInvalidEverywhere) {
+  Orchestrator orch;
+  LoggedNodes nodes(orch, "rxm", RecoveryLayout("4x1"), "xmismatch", "ring", "");
+  std::vector<int> codes = wait_all(nodes.pids, 90);
   std::string text;
   for (size_t k = 0; k < 4; k++) text += nodes.log(k);
   EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);

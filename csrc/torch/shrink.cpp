@@ -48,13 +48,24 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRuccl::shrink(const std::vector<in
   } else {
     run();
   }
-  unsigned size = 0, index = 0;
-  check(ruccl_comm_size(out, &size));
-  check(ruccl_comm_index(out, &index));
-  auto ids = std::make_shared<std::vector<uint32_t>>(size);
-  for (unsigned i = 0; i < size; i++) check(ruccl_comm_peer(out, i, &(*ids)[i]));
-  return c10::make_intrusive<ProcessGroupRuccl>(out, static_cast<int>(index), static_cast<int>(size), std::move(ids),
-                                                timeout_ms_.load(), group_id_);
+  try {
+    unsigned size = 0, index = 0;
+    check(ruccl_comm_size(out, &size));
+    check(ruccl_comm_index(out, &index));
+    // torch numbers the new group as the old one without ranks_to_exclude: a rank the
+    // core also found lost (not in the list) would shift every rank after it
+    if (static_cast<int>(size) != size_ - static_cast<int>(exclude.size()))
+      fail(RUCCL_ERR_INVALID_ARGUMENT,
+           "shrink: " + std::to_string(size_ - static_cast<int>(exclude.size()) - static_cast<int>(size)) +
+               " rank(s) not in ranks_to_exclude were found lost as well: list every lost rank in ranks_to_exclude");
+    auto ids = std::make_shared<std::vector<uint32_t>>(size);
+    for (unsigned i = 0; i < size; i++) check(ruccl_comm_peer(out, i, &(*ids)[i]));
+    return c10::make_intrusive<ProcessGroupRuccl>(out, static_cast<int>(index), static_cast<int>(size), std::move(ids),
+                                                  timeout_ms_.load(), group_id_);
+  } catch (...) {
+    ruccl_finish(out); // the new communicator is nobody's
+    throw;
+  }
 }
 
 }  // namespace ruccl_torch
