@@ -1,6 +1,9 @@
 /* agree_net.c — the nodes' fault-tolerant agreement (agree_net.h). */
 #include "agree_net.h"
 
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -172,6 +175,47 @@ int ruccl_agree_net_serve(ruccl_net_t *net, int fd, unsigned from, const void *f
 
 /* ---- the asking side --------------------------------------------------------------- */
 
+/* One question of a coordinator to node `node`, on a thread of its own: the answer's
+   kind (0: none, why says why) and body (a copy: the caller frees it), and the
+   connection (kept open for the decision). */
+typedef struct {
+  ruccl_net_t *net;
+  unsigned node;
+  uint64_t round, digest;
+  uint32_t len; /* a contribution's length */
+  int64_t deadline_ns;
+  int fd;
+  uint32_t kind;
+  unsigned char *body;
+  uint32_t body_len;
+  char why[160];
+} ask_t;
+
+static void *ask_main(void *arg) {
+  ask_t *q = arg;
+  unsigned char hello[HELLO_BYTES];
+  hello_encode(hello, q->round, q->digest, 0);
+  unsigned char *buf = malloc(RUCCL_WIRE_MAX_CONTROL);
+  ruccl_result_t rc = buf ? ruccl_net_dial(q->net, q->node, RUCCL_FRAME_AGREE, hello, sizeof hello, q->deadline_ns,
+                                           &q->fd)
+                          : ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement answer");
+  uint16_t type = 0;
+  uint32_t got = 0;
+  if (rc == RUCCL_OK) rc = ruccl_frame_recv(q->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &got, q->deadline_ns);
+  uint32_t kind = rc == RUCCL_OK && type == RUCCL_FRAME_AGREE_STATE && got >= 4 ? ruccl_get_le32(buf) : 0;
+  if (kind == STATE_MISMATCH || kind == STATE_DECISION || (kind == STATE_CONTRIBUTION && got - 4 == q->len)) {
+    q->body_len = got - 4;
+    q->body = kind == STATE_MISMATCH ? NULL : malloc(q->body_len ? q->body_len : 1);
+    if (q->body) memcpy(q->body, buf + 4, q->body_len);
+    if (q->body || kind == STATE_MISMATCH) q->kind = kind;
+    if (q->kind && ruccl_testing_die_in_agreement() == 1) _exit(9); /* the tests' coordinator that dies mid-round */
+  }
+  if (!q->kind) snprintf(q->why, sizeof q->why, "%s", rc != RUCCL_OK ? ruccl_last_error() : "it answered out of turn");
+  free(buf);
+  OPENSSL_thread_stop();
+  return NULL;
+}
+
 /* This node coordinates round r: asks every higher node it does not suspect. */
 static ruccl_result_t coordinate(ruccl_net_t *net, uint64_t r, uint64_t digest, const void *mine, uint32_t len,
                                  ruccl_agree_combine_t combine, void *ctx, unsigned char *suspect, int64_t deadline_ns,
@@ -189,37 +233,46 @@ static ruccl_result_t coordinate(ruccl_net_t *net, uint64_t r, uint64_t digest, 
   }
   for (unsigned k = 0; k < n; k++) fds[k] = -1;
   contribs[net->me] = mine;
-  unsigned char hello[HELLO_BYTES];
-  hello_encode(hello, r, digest, 0);
-  for (unsigned k = net->me + 1; k < n && !held && ruccl_now_ns() < deadline_ns; k++) {
-    if (suspect[k]) continue;
-    int fd = -1;
-    ruccl_result_t rc = ruccl_net_dial(net, k, RUCCL_FRAME_AGREE, hello, sizeof hello, deadline_ns, &fd);
-    uint16_t type = 0;
-    uint32_t got = 0;
-    if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &got, deadline_ns);
-    uint32_t kind = rc == RUCCL_OK && type == RUCCL_FRAME_AGREE_STATE && got >= 4 ? ruccl_get_le32(buf) : 0;
-    if (kind == STATE_MISMATCH) {
-      contribs[k] = ruccl_agree_mismatch; /* in the round, with another set of nodes: the decision says so */
-      fds[k] = fd;
-      continue;
-    }
-    if (kind == STATE_DECISION || (kind == STATE_CONTRIBUTION && got - 4 == len)) {
-      unsigned char *copy = malloc(got - 4 ? got - 4 : 1);
-      if (copy) memcpy(copy, buf + 4, got - 4);
-      if (kind == STATE_DECISION) held = copy, held_len = got - 4;
-      else contribs[k] = copy;
-      if (copy) {
-        fds[k] = fd;
-        if (ruccl_testing_die_in_agreement() == 1) _exit(9); /* the tests' coordinator that dies mid-round */
-        continue;
-      }
-    }
-    ruccl_log(2, "node %u: agreement round %llu: node %u is lost (%s)", net->me, (unsigned long long)r, k,
-              rc != RUCCL_OK ? ruccl_last_error() : "it answered out of turn");
-    if (fd >= 0) close(fd);
-    suspect[k] = 1;
+  /* every node is asked at once, each on a thread of its own: the answers come as
+     soon as each node is in the round, and the handshakes overlap */
+  ask_t *asks = calloc(n, sizeof *asks);
+  pthread_t *threads = calloc(n, sizeof *threads);
+  char *started = calloc(n, 1);
+  if (!asks || !threads || !started) {
+    free(asks), free(threads), free(started), free(fds), free(contribs), free(buf);
+    return ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement of %u nodes", n);
   }
+  for (unsigned k = net->me + 1; k < n; k++) {
+    if (suspect[k]) continue;
+    asks[k] = (ask_t){.net = net, .node = k, .round = r, .digest = digest, .len = len, .deadline_ns = deadline_ns,
+                      .fd = -1};
+    started[k] = pthread_create(&threads[k], NULL, ask_main, &asks[k]) == 0;
+    if (!started[k]) ask_main(&asks[k]); /* no thread: asked here */
+  }
+  for (unsigned k = net->me + 1; k < n; k++) {
+    if (suspect[k]) continue;
+    if (started[k]) pthread_join(threads[k], NULL);
+    ask_t *q = &asks[k];
+    if (q->kind == STATE_MISMATCH) {
+      contribs[k] = ruccl_agree_mismatch; /* in the round, with another set of nodes: the decision says so */
+      fds[k] = q->fd;
+    } else if (q->kind == STATE_DECISION && !held) {
+      held = q->body, held_len = q->body_len, fds[k] = q->fd;
+    } else if (q->kind == STATE_DECISION) {
+      free(q->body);
+      fds[k] = q->fd;
+    } else if (q->kind == STATE_CONTRIBUTION) {
+      contribs[k] = q->body;
+      fds[k] = q->fd;
+    } else {
+      ruccl_log(2, "node %u: agreement round %llu: node %u is lost (%s)", net->me, (unsigned long long)r, k, q->why);
+      if (q->fd >= 0) close(q->fd);
+      suspect[k] = 1;
+    }
+  }
+  free(asks);
+  free(threads);
+  free(started);
   ruccl_result_t rc = RUCCL_OK;
   if (!held && ruccl_now_ns() >= deadline_ns)
     rc = ruccl_fail(RUCCL_ERR_TIMEOUT, "node %u: the agreement (round %llu) did not complete within the timeout",
