@@ -1174,51 +1174,51 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, Recovery,
                          ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values("4x1", "4x2")),
                          [](const auto &info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
+// Four nodes run a recovery scenario (tests/node_recovery.c) to the end: every node's
+// exit code (0: its checks passed) and their logs.
+struct ScenarioRun {
+  std::vector<int> codes;
+  std::string text;
+};
+ScenarioRun RunScenario(const std::string &group, const std::string &scenario, const std::string &layout,
+                        const std::string &transport, int limit_s) {
+  Orchestrator orch;
+  LoggedNodes nodes(orch, group, RecoveryLayout(layout), scenario, "ring", transport);
+  ScenarioRun r;
+  r.codes = wait_all(nodes.pids, limit_s);
+  for (size_t k = 0; k < nodes.logs.size(); k++) r.text += nodes.log(k);
+  return r;
+}
+
 // A thread of peer 1 revokes 64 MB all-reduces at varying points: every peer sees
 // REVOKED (in the all-reduce, or in the barrier after it), agrees that nobody failed,
 // shrinks to the same four peers and goes on with the new communicator, round after
 // round.
 TEST_P(Transports, RevokeRacing64MBAllReducesThenShrinkGoesOn) {
-  Orchestrator orch;
-  LoggedNodes nodes(orch, "rrv", RecoveryLayout("4x1"), "revoke", "ring", GetParam());
-  std::vector<int> codes = wait_all(nodes.pids, 240);
-  std::string text;
-  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
-  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+  ScenarioRun r = RunScenario("rrv" + GetParam(), "revoke", "4x1", GetParam(), 240);
+  EXPECT_EQ(std::vector<int>(4, 0), r.codes) << TailOf(r.text);
 }
 
 // Exclude lists that leave out different nodes: every caller gets INVALID_ARGUMENT,
 // the node that one list leaves out included (it takes part with its own list).
 TEST(MultiNode, ExcludeListsThatDifferBetweenNodesAreInvalidEverywhere) {
-  Orchestrator orch;
-  LoggedNodes nodes(orch, "rxm", RecoveryLayout("4x1"), "xmismatch", "ring", "");
-  std::vector<int> codes = wait_all(nodes.pids, 90);
-  std::string text;
-  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
-  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+  ScenarioRun r = RunScenario("rxm", "xmismatch", "4x1", "", 90);
+  EXPECT_EQ(std::vector<int>(4, 0), r.codes) << TailOf(r.text);
 }
 
 TEST(MultiNode, RevokeOfOneCommunicatorLeavesAnotherOnTheSameNodesAlone) {
-  Orchestrator orch;
-  LoggedNodes nodes(orch, "rr2", RecoveryLayout("4x1"), "revoke2", "ring", "");
-  std::vector<int> codes = wait_all(nodes.pids, 60);
-  std::string text;
-  for (size_t k = 0; k < 4; k++) text += nodes.log(k);
-  EXPECT_EQ(std::vector<int>(4, 0), codes) << TailOf(text);
+  ScenarioRun r = RunScenario("rr2", "revoke2", "4x1", "", 60);
+  EXPECT_EQ(std::vector<int>(4, 0), r.codes) << TailOf(r.text);
 }
 
 TEST(MultiNode, ShrinkWithAnExcludeListAndNoFailure) {
   for (const std::string layout : {"4x1", "4x2"}) {
-    Orchestrator orch;
-    LoggedNodes nodes(orch, "rx" + layout, RecoveryLayout(layout), "exclude", "ring", "");
-    std::vector<int> codes = wait_all(nodes.pids, 60);
-    std::string text;
-    for (size_t k = 0; k < 4; k++) text += nodes.log(k);
-    EXPECT_EQ(std::vector<int>(4, 0), codes) << layout << ": " << TailOf(text);
+    ScenarioRun r = RunScenario("rx" + layout, "exclude", layout, "", 60);
+    EXPECT_EQ(std::vector<int>(4, 0), r.codes) << layout << ": " << TailOf(r.text);
     unsigned per = layout == "4x2" ? 2 : 1;
     for (unsigned id = 0; id < 3 * per; id++)
-      EXPECT_NE(std::string::npos, text.find("peer " + std::to_string(id) + ": shrunk to " + std::to_string(3 * per) +
-                                             ", right"))
+      EXPECT_NE(std::string::npos, r.text.find("peer " + std::to_string(id) + ": shrunk to " +
+                                               std::to_string(3 * per) + ", right"))
           << layout << ": peer " << id;
   }
 }
