@@ -98,11 +98,26 @@ typedef struct {
 } shape_t;
 
 static uint32_t contribution_bytes(const shape_t *s) { return 4 * 3 + WHY_BYTES + 4 + 2 * s->n_total; }
+/* (contribution_at and decision_at below name the fields at these offsets) */
 static uint32_t decision_bytes(const shape_t *s) { return 4 + DECISION_WHY + 4 + 2 * s->n_total + 5 * s->num_nodes; }
+
+/* Where each field of a contribution or a decision lies in its bytes. */
+typedef struct {
+  unsigned char *kind, *flags, *code, *why, *port, *gone, *excluded;
+} contribution_t;
 
 typedef struct {
   unsigned char *code, *why, *flags, *failed, *excluded, *lost, *port;
 } decision_t;
+
+static contribution_t contribution_at(const shape_t *s, const unsigned char *c) {
+  unsigned char *p = (unsigned char *)c; /* read-only where c is */
+  contribution_t v = {.kind = p, .flags = p + 4, .code = p + 8, .why = p + 12};
+  v.port = v.why + WHY_BYTES;
+  v.gone = v.port + 4;
+  v.excluded = v.gone + s->n_total;
+  return v;
+}
 
 static decision_t decision_at(const shape_t *s, unsigned char *d) {
   decision_t v = {.code = d, .why = d + 4};
@@ -145,10 +160,11 @@ static void combine(void *ctx, unsigned num_nodes, const unsigned char *const *c
         if (s->node_of[i] == k) d.failed[i] = 1;
       continue;
     }
-    uint32_t ck = ruccl_get_le32(c), cf = ruccl_get_le32(c + 4), cc = ruccl_get_le32(c + 8);
-    const char *cwhy = (const char *)c + 12;
-    uint32_t port = ruccl_get_le32(c + 12 + WHY_BYTES);
-    const unsigned char *gone = c + 16 + WHY_BYTES, *excl = gone + s->n_total;
+    contribution_t in = contribution_at(s, c);
+    uint32_t ck = ruccl_get_le32(in.kind), cf = ruccl_get_le32(in.flags), cc = ruccl_get_le32(in.code);
+    const char *cwhy = (const char *)in.why;
+    uint32_t port = ruccl_get_le32(in.port);
+    const unsigned char *gone = in.gone, *excl = in.excluded;
     if (!kind) kind = ck;
     if (code == RUCCL_OK && ck != kind) {
       code = RUCCL_ERR_OP_MISMATCH;
@@ -169,10 +185,8 @@ static void combine(void *ctx, unsigned num_nodes, const unsigned char *const *c
       unsigned i = 0;
       while (first_excluded[i] == excl[i]) i++;
       code = RUCCL_ERR_INVALID_ARGUMENT;
-      snprintf(why, sizeof why, "the exclude lists differ: node %u's %s peer %u, node %u's does not", first_node,
-               first_excluded[i] ? "names" : "does not name", s->ids[i], k);
-      if (!first_excluded[i]) snprintf(why, sizeof why, "the exclude lists differ: node %u's names peer %u, node %u's "
-                                       "does not", k, s->ids[i], first_node);
+      snprintf(why, sizeof why, "the exclude lists differ: node %u's names peer %u, node %u's does not",
+               first_excluded[i] ? first_node : k, s->ids[i], first_excluded[i] ? k : first_node);
     }
   }
   if (first_excluded) memcpy(d.excluded, first_excluded, s->n_total);
@@ -310,13 +324,13 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
   int32_t code = m->code;
   char why[WHY_BYTES];
   memcpy(why, m->why, sizeof why);
+  contribution_t out = contribution_at(&s, mine);
   if (rc == RUCCL_OK) {
-    ruccl_put_le32(mine, (uint32_t)kind);
-    ruccl_put_le32(mine + 4, m->flags);
-    unsigned char *gone = mine + 16 + WHY_BYTES;
+    ruccl_put_le32(out.kind, (uint32_t)kind);
+    ruccl_put_le32(out.flags, m->flags);
     for (unsigned i = 0; i < g->n; i++)
-      if (atomic_load(&g->finished[i]) && !m->came[i]) gone[g->node_members[g->node_index * g->n + i]] = 1;
-    memcpy(gone + s.n_total, m->excluded, s.n_total);
+      if (atomic_load(&g->finished[i]) && !m->came[i]) out.gone[g->node_members[g->node_index * g->n + i]] = 1;
+    memcpy(out.excluded, m->excluded, s.n_total);
   }
   pthread_mutex_unlock(&m->mu);
   if (rc == RUCCL_OK && kind == ROUND_SHRINK && on && code == RUCCL_OK) {
@@ -328,10 +342,10 @@ static void run_round(ruccl_comm_t *c, struct ruccl_meeting *m, uint64_t round) 
     }
   }
   if (rc == RUCCL_OK) {
-    ruccl_put_le32(mine + 8, (uint32_t)code);
-    memcpy(mine + 12, why, WHY_BYTES);
-    ruccl_put_le32(mine + 12 + WHY_BYTES, net ? ruccl_session_port(net) : 0);
-    const unsigned char *excluded = mine + 16 + WHY_BYTES + s.n_total;
+    ruccl_put_le32(out.code, (uint32_t)code);
+    memcpy(out.why, why, WHY_BYTES);
+    ruccl_put_le32(out.port, net ? ruccl_session_port(net) : 0);
+    const unsigned char *excluded = out.excluded;
     int64_t deadline = ruccl_deadline_after_ms(ruccl_comm_timeout(c));
     unsigned char *skip = on ? calloc(s.num_nodes, 1) : NULL; /* nodes whose every peer is excluded */
     for (unsigned k = 0; skip && k < s.num_nodes; k++) {

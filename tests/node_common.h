@@ -4,6 +4,7 @@
 #define RUCCL_NODE_COMMON_H
 
 #include <stdio.h>
+#include <time.h>
 
 #include "ruccl.h"
 
@@ -42,6 +43,22 @@ static inline float val_sum(unsigned n, size_t i) {
   float sum = 0;
   for (uint32_t k = 0; k < n; k++) sum += val(k, i);
   return sum;
+}
+
+/* A thread's job: after delay_us, call(comm) (an abort, a revoke racing the owner's
+   collective). */
+typedef struct {
+  ruccl_comm_t *comm;
+  unsigned delay_us;
+  ruccl_result_t (*call)(ruccl_comm_t *);
+} call_later_t;
+
+static inline void *call_later(void *arg) {
+  call_later_t *a = arg;
+  struct timespec pause = {a->delay_us / 1000000, (long)(a->delay_us % 1000000) * 1000};
+  nanosleep(&pause, NULL);
+  a->call(a->comm);
+  return NULL;
 }
 
 /* The recovery scenarios (node_recovery.c): 1 when `scenario` is one of them. */

@@ -435,19 +435,6 @@ static void scenario_reset(peer_t *p, ruccl_comm_t *comm) {
    must end the round with RUCCL_ERR_ABORTED: never PEER_LOST (the cause lost) nor
    PROTOCOL (a notice read as data).  Each round is a fresh session (group
    "race<r>"); RUCCL_RACE_ROUNDS sets how many (default 200). */
-typedef struct {
-  ruccl_comm_t *comm;
-  unsigned delay_us;
-} abort_later_t;
-
-static void *abort_after(void *arg) {
-  abort_later_t *a = arg;
-  struct timespec pause = {0, (long)a->delay_us * 1000};
-  nanosleep(&pause, NULL);
-  ruccl_comm_abort(a->comm);
-  return NULL;
-}
-
 static void scenario_abortrace(peer_t *p, ruccl_comm_t **commp) {
   const char *env = getenv("RUCCL_RACE_ROUNDS");
   unsigned rounds = env ? (unsigned)atoi(env) : 200, mid = 0;
@@ -469,8 +456,8 @@ static void scenario_abortrace(peer_t *p, ruccl_comm_t **commp) {
       *commp = comm;
     }
     pthread_t t;
-    abort_later_t a = {comm, (r * 7919u) % 4000u};
-    if (p->id == 1) pthread_create(&t, NULL, abort_after, &a);
+    call_later_t a = {comm, (r * 7919u) % 4000u, ruccl_comm_abort};
+    if (p->id == 1) pthread_create(&t, NULL, call_later, &a);
     ruccl_result_t first = ruccl_all_reduce(comm, &ti, &to, RUCCL_SUM);
     ruccl_result_t then = first == RUCCL_OK ? ruccl_barrier(comm) : first;
     while (then == RUCCL_OK) then = ruccl_barrier(comm); /* the abort comes: every call ends with it */

@@ -128,18 +128,6 @@ static void scenario_agreedie(peer_t *p, ruccl_comm_t **comm) {
   agree_and_shrink(p, comm, -1, 0, NULL, 0);
 }
 
-typedef struct {
-  ruccl_comm_t *comm;
-  int delay_us;
-} revoker_t;
-
-static void *revoke_later(void *arg) {
-  revoker_t *r = arg;
-  struct timespec ts = {r->delay_us / 1000000, (long)(r->delay_us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-  ruccl_comm_revoke(r->comm);
-  return NULL;
-}
 
 static void scenario_revoke(peer_t *p, ruccl_comm_t **comm) {
   unsigned rounds = getenv("RUCCL_TEST_ROUNDS") ? (unsigned)atoi(getenv("RUCCL_TEST_ROUNDS")) : 5;
@@ -150,8 +138,8 @@ static void scenario_revoke(peer_t *p, ruccl_comm_t **comm) {
   ruccl_tensor_t ta = vec(a, count), tb = vec(b, count);
   for (unsigned r = 0; r < rounds && p->status == 0; r++) {
     pthread_t t;
-    revoker_t rv = {*comm, (int)((r * 7919u) % 40000u)}; /* 0 .. 40 ms: mostly inside the 64 MB */
-    if (p->id == 1) pthread_create(&t, NULL, revoke_later, &rv);
+    call_later_t rv = {*comm, (r * 7919u) % 40000u, ruccl_comm_revoke}; /* 0 .. 40 ms: mostly inside the 64 MB */
+    if (p->id == 1) pthread_create(&t, NULL, call_later, &rv);
     ruccl_result_t first = ruccl_all_reduce(*comm, &ta, &tb, RUCCL_SUM);
     ruccl_result_t then = first == RUCCL_OK ? ruccl_barrier(*comm) : first;
     if (p->id == 1) pthread_join(t, NULL);

@@ -175,6 +175,21 @@ int ruccl_agree_net_serve(ruccl_net_t *net, int fd, unsigned from, const void *f
 
 /* ---- the asking side --------------------------------------------------------------- */
 
+/* Asks node k a question of round r (flags: HELLO_PULL, or 0: a coordinator's) and
+   reads the answer by `by`: the answer's kind (0: none; *rc says why when it is not
+   RUCCL_OK), its body in buf[4 .. *got) (buf holds RUCCL_WIRE_MAX_CONTROL bytes).  The
+   connection stays open in *fd (-1: none) for the caller to close or go on with. */
+static uint32_t question(ruccl_net_t *net, unsigned k, uint64_t r, uint64_t digest, uint32_t flags, int64_t by,
+                         unsigned char *buf, uint32_t *got, int *fd, ruccl_result_t *rc) {
+  unsigned char hello[HELLO_BYTES];
+  hello_encode(hello, r, digest, flags);
+  uint16_t type = 0;
+  *got = 0;
+  *rc = ruccl_net_dial(net, k, RUCCL_FRAME_AGREE, hello, sizeof hello, by, fd);
+  if (*rc == RUCCL_OK) *rc = ruccl_frame_recv(*fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, got, by);
+  return *rc == RUCCL_OK && type == RUCCL_FRAME_AGREE_STATE && *got >= 4 ? ruccl_get_le32(buf) : 0;
+}
+
 /* One question of a coordinator to node `node`, on a thread of its own: the answer's
    kind (0: none, why says why) and body (a copy: the caller frees it), and the
    connection (kept open for the decision). */
@@ -193,16 +208,11 @@ typedef struct {
 
 static void *ask_main(void *arg) {
   ask_t *q = arg;
-  unsigned char hello[HELLO_BYTES];
-  hello_encode(hello, q->round, q->digest, 0);
   unsigned char *buf = malloc(RUCCL_WIRE_MAX_CONTROL);
-  ruccl_result_t rc = buf ? ruccl_net_dial(q->net, q->node, RUCCL_FRAME_AGREE, hello, sizeof hello, q->deadline_ns,
-                                           &q->fd)
-                          : ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement answer");
-  uint16_t type = 0;
-  uint32_t got = 0;
-  if (rc == RUCCL_OK) rc = ruccl_frame_recv(q->fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &got, q->deadline_ns);
-  uint32_t kind = rc == RUCCL_OK && type == RUCCL_FRAME_AGREE_STATE && got >= 4 ? ruccl_get_le32(buf) : 0;
+  ruccl_result_t rc = RUCCL_OK;
+  uint32_t got = 0, kind = 0;
+  if (buf) kind = question(q->net, q->node, q->round, q->digest, 0, q->deadline_ns, buf, &got, &q->fd, &rc);
+  else rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "agreement answer");
   if (kind == STATE_MISMATCH || kind == STATE_DECISION || (kind == STATE_CONTRIBUTION && got - 4 == q->len)) {
     q->body_len = got - 4;
     q->body = kind == STATE_MISMATCH ? NULL : malloc(q->body_len ? q->body_len : 1);
@@ -327,29 +337,21 @@ static ruccl_result_t coordinate(ruccl_net_t *net, uint64_t r, uint64_t digest, 
    (refuses, closes) or left the round, -2 when it said nothing within PULL_NS. */
 static int pull(ruccl_net_t *net, unsigned c, uint64_t r, uint64_t digest, int64_t deadline_ns) {
   struct ruccl_agree_net *a = net->agree;
-  unsigned char hello[HELLO_BYTES];
-  hello_encode(hello, r, digest, HELLO_PULL);
   int64_t by = ruccl_now_ns() + PULL_NS;
   if (by > deadline_ns) by = deadline_ns;
   int fd = -1;
-  ruccl_result_t rc = ruccl_net_dial(net, c, RUCCL_FRAME_AGREE, hello, sizeof hello, by, &fd);
-  unsigned char *buf = rc == RUCCL_OK ? malloc(RUCCL_WIRE_MAX_CONTROL) : NULL;
-  uint16_t type = 0;
-  uint32_t got = 0;
-  if (rc == RUCCL_OK && !buf) rc = RUCCL_ERR_NO_MEMORY;
-  if (rc == RUCCL_OK) rc = ruccl_frame_recv(fd, &type, buf, RUCCL_WIRE_MAX_CONTROL, &got, by);
+  unsigned char *buf = malloc(RUCCL_WIRE_MAX_CONTROL);
+  ruccl_result_t rc = RUCCL_ERR_NO_MEMORY;
+  uint32_t got = 0, kind = buf ? question(net, c, r, digest, HELLO_PULL, by, buf, &got, &fd, &rc) : 0;
   if (fd >= 0) close(fd);
   int out = -1;
-  if (rc == RUCCL_OK && type == RUCCL_FRAME_AGREE_STATE && got >= 4) {
-    uint32_t kind = ruccl_get_le32(buf);
-    if (kind == STATE_DECISION) {
-      pthread_mutex_lock(&a->mu);
-      keep_decision(a, r, buf + 4, got - 4);
-      pthread_mutex_unlock(&a->mu);
-      out = 1;
-    } else if (kind == STATE_NOT_YET || kind == STATE_MISMATCH) {
-      out = 0;
-    }
+  if (kind == STATE_DECISION) {
+    pthread_mutex_lock(&a->mu);
+    keep_decision(a, r, buf + 4, got - 4);
+    pthread_mutex_unlock(&a->mu);
+    out = 1;
+  } else if (kind == STATE_NOT_YET || kind == STATE_MISMATCH) {
+    out = 0;
   }
   if (out < 0 && rc == RUCCL_ERR_TIMEOUT) out = ruccl_now_ns() >= deadline_ns ? 0 : -2; /* the caller's timeout says */
   free(buf);

@@ -140,6 +140,28 @@ static void node_silent(void *ctx, unsigned node, int64_t ms) {
   ruccl_group_break(ctx, RUCCL_ERR_PEER_LOST);
 }
 
+/* A node's connections of the session of `group`, their data service listening on
+   host:port (0: any free port) before anything joins. */
+static ruccl_result_t listening_net(const char *group, const unsigned char key[RUCCL_AUTH_KEY_BYTES],
+                                    int64_t timeout_ms, int64_t grace_ms, const ruccl_bootstrap_t *bootstrap,
+                                    const char *host, unsigned port, ruccl_net_t **out) {
+  ruccl_net_t *net = calloc(1, sizeof *net);
+  if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
+  snprintf(net->group, sizeof net->group, "%s", group);
+  memcpy(net->key, key, sizeof net->key);
+  net->timeout_ms = timeout_ms;
+  net->setup_grace_ms = grace_ms;
+  net->bootstrap = bootstrap;
+  ruccl_result_t rc = ruccl_net_listen(net, host, port);
+  if (rc != RUCCL_OK) {
+    OPENSSL_cleanse(net->key, sizeof net->key);
+    free(net);
+    return rc;
+  }
+  *out = net;
+  return RUCCL_OK;
+}
+
 /* This node is node `me` of table: numbers g's peers from it, and links. */
 static ruccl_result_t join_table(ruccl_group_t *g, ruccl_net_t *net, const ruccl_table_t *table, unsigned me,
                                  int64_t deadline) {
@@ -161,28 +183,18 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
       ruccl_config_has_store(cfg) ? &ruccl_store_bootstrap : &ruccl_orchestrator_bootstrap;
   int64_t deadline = ruccl_deadline_after_ms(cfg->timeout_ms);
   const int64_t liveness_ms = ruccl_session_liveness_ms(cfg); /* agreed in the digest, then watched */
-  ruccl_net_t *net = calloc(1, sizeof *net);
-  if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
-  snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
-  unsigned char secret[RUCCL_MAX_SECRET];
+  unsigned char secret[RUCCL_MAX_SECRET], key[RUCCL_AUTH_KEY_BYTES];
   size_t secret_len = 0;
-  ruccl_result_t src = ruccl_config_session_secret(cfg, secret, &secret_len);
-  if (src == RUCCL_OK) src = ruccl_auth_key(secret, secret_len, net->key);
+  ruccl_result_t rc = ruccl_config_session_secret(cfg, secret, &secret_len);
+  if (rc == RUCCL_OK) rc = ruccl_auth_key(secret, secret_len, key);
   OPENSSL_cleanse(secret, sizeof secret);
-  if (src != RUCCL_OK) {
-    free(net);
-    return src;
-  }
-  net->timeout_ms = cfg->timeout_ms;
-  net->setup_grace_ms = setup_grace_ms(liveness_ms, cfg->timeout_ms);
+  ruccl_net_t *net = NULL;
+  if (rc == RUCCL_OK)
+    rc = listening_net(cfg->group_name, key, cfg->timeout_ms, setup_grace_ms(liveness_ms, cfg->timeout_ms), bootstrap,
+                       cfg->node_address, cfg->data_service_port, &net);
+  OPENSSL_cleanse(key, sizeof key);
+  if (rc != RUCCL_OK) return rc;
   net->cancel = &g->cancel;
-  net->bootstrap = bootstrap;
-  ruccl_result_t rc = ruccl_net_listen(net, cfg->node_address, cfg->data_service_port);
-  if (rc != RUCCL_OK) {
-    OPENSSL_cleanse(net->key, sizeof net->key);
-    free(net);
-    return rc;
-  }
   ruccl_join_t *me = calloc(1, sizeof *me);
   ruccl_table_t table = {0};
   if (!me) rc = ruccl_fail(RUCCL_ERR_NO_MEMORY, "JOIN");
@@ -223,21 +235,9 @@ ruccl_result_t ruccl_session_connect(ruccl_group_t *g, struct ruccl_net **out) {
 }
 
 ruccl_result_t ruccl_session_open(const struct ruccl_net *old, const ruccl_config_t *cfg, struct ruccl_net **out) {
-  ruccl_net_t *net = calloc(1, sizeof *net);
-  if (!net) return ruccl_fail(RUCCL_ERR_NO_MEMORY, "network session");
-  snprintf(net->group, sizeof net->group, "%s", cfg->group_name);
-  memcpy(net->key, old->key, sizeof net->key);
-  net->timeout_ms = old->timeout_ms;
-  net->setup_grace_ms = old->setup_grace_ms;
-  net->bootstrap = old->bootstrap; /* with no handle: nothing to leave */
-  ruccl_result_t rc = ruccl_net_listen(net, old->nodes[old->me].address, 0);
-  if (rc != RUCCL_OK) {
-    OPENSSL_cleanse(net->key, sizeof net->key);
-    free(net);
-    return rc;
-  }
-  *out = net;
-  return RUCCL_OK;
+  /* the old bootstrap, with no handle: nothing to leave */
+  return listening_net(cfg->group_name, old->key, old->timeout_ms, old->setup_grace_ms, old->bootstrap,
+                       old->nodes[old->me].address, 0, out);
 }
 
 unsigned ruccl_session_port(const struct ruccl_net *net) { return (unsigned)net->data_port; }
